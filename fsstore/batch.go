@@ -1,0 +1,511 @@
+package fsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+	"time"
+)
+
+// Commit applies the batch's ops in order and commits them atomically as
+// one new revision. If any op fails the store is unchanged and the error,
+// a *PathError, names the op and path.
+func (s *Store) Commit(ctx context.Context, ws int64, b *Batch, info CommitInfo) (Revision, error) {
+	ops, err := cleanOps(b.Ops)
+	if err != nil {
+		return Revision{}, err
+	}
+	return s.commit(ctx, ws, info, ops, func(t *wtx) error {
+		for _, op := range ops {
+			if err := t.apply(op); err != nil {
+				return opError(op, err)
+			}
+		}
+		return nil
+	})
+}
+
+// commit runs fn in a new revision of ws, with conflict checking against info.Base.
+func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op, fn func(*wtx) error) (Revision, error) {
+	if len(ops) == 0 {
+		return Revision{}, fmt.Errorf("commit: no changes: %w", ErrInvalidArgument)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return Revision{}, ErrClosed
+	}
+	var t *wtx
+	err := s.inTx(ctx, func() error {
+		var err error
+		if t, err = s.begin(ctx, ws); err != nil {
+			return err
+		}
+		if info.Base != 0 && info.Base != t.rev-1 {
+			if err := s.checkConflict(ctx, t, info.Base, ops); err != nil {
+				return err
+			}
+		}
+		if err := fn(t); err != nil {
+			return err
+		}
+		t.changes = len(ops)
+		return t.finish(info)
+	})
+	if err != nil {
+		return Revision{}, err
+	}
+	t.endLeases()
+	if info.Source == "" {
+		info.Source = SourceAPI
+	}
+	if info.Tenant == "" {
+		info.Tenant = t.ws.tenant
+	}
+	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
+		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}, nil
+}
+
+func opError(op Op, err error) error {
+	var pe *PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return pathErr(string(op.Kind), op.Path, err)
+}
+
+// cleanOps validates every op's paths and kind before anything is written.
+func cleanOps(in []Op) ([]Op, error) {
+	out := make([]Op, len(in))
+	for i, op := range in {
+		var err error
+		if op.Path, err = CleanPath(op.Path); err != nil {
+			return nil, pathErr(string(op.Kind), in[i].Path, ErrInvalidPath)
+		}
+		switch op.Kind {
+		case OpRename, OpLink:
+			if op.From, err = CleanPath(op.From); err != nil {
+				return nil, pathErr(string(op.Kind), in[i].From, ErrInvalidPath)
+			}
+		case OpSymlink:
+			if op.Target == "" || len(op.Target) > MaxPathLen || containsNUL(op.Target) {
+				return nil, pathErr("symlink", op.Path, ErrInvalidPath)
+			}
+		case OpMkdir, OpCreate, OpWrite, OpTruncate, OpDelete, OpDeleteAll, OpChmod, OpChown, OpUtimes:
+		default:
+			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, ErrInvalidArgument))
+		}
+		if (op.Kind == OpWrite && op.Offset < 0) || (op.Kind == OpTruncate && op.Size < 0) {
+			return nil, pathErr(string(op.Kind), op.Path, ErrInvalidArgument)
+		}
+		if op.Data != nil && op.Content != nil {
+			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("both data and content: %w", ErrInvalidArgument))
+		}
+		out[i] = op
+	}
+	return out, nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func defaultPerm(m fs.FileMode, def uint32) uint32 {
+	if m == 0 {
+		return def
+	}
+	return unixPerm(m)
+}
+
+// apply runs one op against the tree as it stands in the transaction.
+func (t *wtx) apply(op Op) error {
+	switch op.Kind {
+	case OpMkdir:
+		return t.mkdir(op.Path, defaultPerm(op.Mode, 0o755))
+	case OpCreate:
+		return t.create(op)
+	case OpSymlink:
+		return t.symlink(op.Path, op.Target)
+	case OpLink:
+		return t.link(op.From, op.Path)
+	case OpRename:
+		return t.rename(op)
+	case OpDelete:
+		return t.remove(op.Path)
+	case OpDeleteAll:
+		return t.removeAll(op.Path)
+	}
+	// The rest change an existing inode.
+	in, err := t.v.resolve(op.Path)
+	if err != nil {
+		return err
+	}
+	switch op.Kind {
+	case OpWrite, OpTruncate:
+		if in.isDir() {
+			return ErrIsDir
+		}
+		if !in.isReg() {
+			return ErrInvalidArgument
+		}
+		if op.Kind == OpTruncate {
+			err = t.truncate(in, op.Size)
+		} else {
+			err = t.fill(in, op)
+		}
+		if err != nil {
+			return err
+		}
+		in.mtime = t.now
+	case OpChmod:
+		in.mode = in.mode&syscall.S_IFMT | unixPerm(op.Mode)
+	case OpChown:
+		in.uid, in.gid = op.UID, op.GID
+	case OpUtimes:
+		in.mtime = op.Mtime
+		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
+	}
+	return t.putInode(in)
+}
+
+// fill writes an op's inline data or stored content into a file.
+func (t *wtx) fill(in *inode, op Op) error {
+	if op.Content != nil {
+		return t.writeContent(in, op.Content)
+	}
+	return t.writeData(in, op.Offset, op.Data)
+}
+
+// parentOf resolves the directory holding a clean, non-root path.
+func (t *wtx) parentOf(p string) (*inode, string, error) {
+	if p == "" {
+		return nil, "", ErrInvalidArgument
+	}
+	dir, name := parentName(p)
+	parent, err := t.v.resolveDir(dir)
+	return parent, name, err
+}
+
+// free checks that name is not taken in parent.
+func (t *wtx) free(parent *inode, name string) error {
+	_, _, err := t.v.lookup(parent.ino, name)
+	if err == nil {
+		return ErrExists
+	}
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// add links a new inode into parent under name.
+func (t *wtx) add(parent *inode, name string, in *inode) error {
+	if in.isDir() {
+		in.parent, in.name = parent.ino, name
+		t.touchDir(parent.ino, 1)
+	} else {
+		t.touchDir(parent.ino, 0)
+	}
+	if err := t.putInode(in); err != nil {
+		return err
+	}
+	return t.setEntry(parent.ino, name, in.ino, in.kind())
+}
+
+func (t *wtx) mkdir(p string, perm uint32) error {
+	if p == "" {
+		return ErrExists
+	}
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	if err := t.free(parent, name); err != nil {
+		return err
+	}
+	in, err := t.newInode(syscall.S_IFDIR, perm)
+	if err != nil {
+		return err
+	}
+	return t.add(parent, name, in)
+}
+
+func (t *wtx) create(op Op) error {
+	parent, name, err := t.parentOf(op.Path)
+	if err != nil {
+		return err
+	}
+	ino, _, err := t.v.lookup(parent.ino, name)
+	var in *inode
+	existing := false
+	switch {
+	case errors.Is(err, ErrNotFound):
+		if in, err = t.newInode(syscall.S_IFREG, defaultPerm(op.Mode, 0o644)); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		if in, err = t.v.inode(ino); err != nil {
+			return err
+		}
+		if in.isDir() {
+			return ErrIsDir
+		}
+		if !in.isReg() {
+			return ErrExists
+		}
+		if err := t.truncate(in, 0); err != nil {
+			return err
+		}
+		if op.Mode != 0 {
+			in.mode = syscall.S_IFREG | unixPerm(op.Mode)
+		}
+		in.mtime = t.now
+		existing = true
+	}
+	if err := t.fill(in, op); err != nil {
+		return err
+	}
+	if op.Content != nil {
+		if op.Content.Size < in.size {
+			return fmt.Errorf("content size %d below its chunks' end %d: %w", op.Content.Size, in.size, ErrInvalidArgument)
+		}
+		in.size = op.Content.Size
+	}
+	if existing {
+		return t.putInode(in)
+	}
+	return t.add(parent, name, in)
+}
+
+func (t *wtx) symlink(p, target string) error {
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	if err := t.free(parent, name); err != nil {
+		return err
+	}
+	in, err := t.newInode(syscall.S_IFLNK, 0o777)
+	if err != nil {
+		return err
+	}
+	in.target, in.size = target, int64(len(target))
+	return t.add(parent, name, in)
+}
+
+func (t *wtx) link(from, p string) error {
+	src, err := t.v.resolve(from)
+	if err != nil {
+		return err
+	}
+	if src.isDir() {
+		return ErrIsDir
+	}
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	if err := t.free(parent, name); err != nil {
+		return err
+	}
+	src.nlink++
+	return t.add(parent, name, src)
+}
+
+func (t *wtx) remove(p string) error {
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	ino, _, err := t.v.lookup(parent.ino, name)
+	if err != nil {
+		return err
+	}
+	in, err := t.v.inode(ino)
+	if err != nil {
+		return err
+	}
+	if in.isDir() {
+		children, err := t.v.list(in.ino)
+		if err != nil {
+			return err
+		}
+		if len(children) > 0 {
+			return ErrNotEmpty
+		}
+	}
+	return t.unlink(parent.ino, name, in)
+}
+
+// removeAll deletes p and everything beneath it; the root keeps only itself.
+func (t *wtx) removeAll(p string) error {
+	in, err := t.v.resolve(p)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if in.isDir() {
+		if err := t.emptyDir(in); err != nil {
+			return err
+		}
+	}
+	if p == "" {
+		return nil
+	}
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	if in.isDir() {
+		// reload: emptying it rewrote nothing of its own row, but keep it exact
+		if in, err = t.v.inode(in.ino); err != nil {
+			return err
+		}
+	}
+	return t.unlink(parent.ino, name, in)
+}
+
+func (t *wtx) emptyDir(dir *inode) error {
+	children, err := t.v.list(dir.ino)
+	if err != nil {
+		return err
+	}
+	for _, c := range children {
+		in, err := t.v.inode(c.ino)
+		if err != nil {
+			return err
+		}
+		if in.isDir() {
+			if err := t.emptyDir(in); err != nil {
+				return err
+			}
+		}
+		if err := t.unlink(dir.ino, c.name, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rename moves From to Path with rename(2) semantics, plus RENAME_NOREPLACE
+// and RENAME_EXCHANGE.
+func (t *wtx) rename(op Op) error {
+	from, to := op.From, op.Path
+	if from == "" || to == "" {
+		return ErrInvalidArgument
+	}
+	sp, sname, err := t.parentOf(from)
+	if err != nil {
+		return err
+	}
+	sino, _, err := t.v.lookup(sp.ino, sname)
+	if err != nil {
+		return err
+	}
+	src, err := t.v.inode(sino)
+	if err != nil {
+		return err
+	}
+	dp, dname, err := t.parentOf(to)
+	if err != nil {
+		return err
+	}
+	if src.isDir() && inSubtree(to, from) && to != from {
+		return ErrInvalidArgument // into itself
+	}
+	dino, _, err := t.v.lookup(dp.ino, dname)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if op.Exchange {
+		if !exists {
+			return ErrNotFound
+		}
+		return t.exchange(sp, sname, src, dp, dname, dino, from, to)
+	}
+	if exists && op.NoReplace {
+		return ErrExists
+	}
+	if from == to || (exists && dino == sino) {
+		return nil // same file: rename(2) does nothing
+	}
+	if exists {
+		dst, err := t.v.inode(dino)
+		if err != nil {
+			return err
+		}
+		switch {
+		case src.isDir() && !dst.isDir():
+			return ErrNotDir
+		case !src.isDir() && dst.isDir():
+			return ErrIsDir
+		case dst.isDir():
+			children, err := t.v.list(dst.ino)
+			if err != nil {
+				return err
+			}
+			if len(children) > 0 {
+				return ErrNotEmpty
+			}
+		}
+		if err := t.unlink(dp.ino, dname, dst); err != nil {
+			return err
+		}
+	}
+	if err := t.setEntry(sp.ino, sname, 0, 0); err != nil {
+		return err
+	}
+	sub := 0
+	if src.isDir() {
+		sub = 1
+		src.parent, src.name = dp.ino, dname
+	}
+	t.touchDir(sp.ino, -sub)
+	t.touchDir(dp.ino, sub)
+	if err := t.putInode(src); err != nil { // ctime, and a directory's parent link
+		return err
+	}
+	return t.setEntry(dp.ino, dname, src.ino, src.kind())
+}
+
+func (t *wtx) exchange(sp *inode, sname string, src *inode, dp *inode, dname string, dino uint64, from, to string) error {
+	dst, err := t.v.inode(dino)
+	if err != nil {
+		return err
+	}
+	if (src.isDir() && inSubtree(to, from)) || (dst.isDir() && inSubtree(from, to)) {
+		return ErrInvalidArgument
+	}
+	if err := t.setEntry(sp.ino, sname, dst.ino, dst.kind()); err != nil {
+		return err
+	}
+	if err := t.setEntry(dp.ino, dname, src.ino, src.kind()); err != nil {
+		return err
+	}
+	delta := 0
+	if src.isDir() {
+		src.parent, src.name = dp.ino, dname
+		delta--
+	}
+	if dst.isDir() {
+		dst.parent, dst.name = sp.ino, sname
+		delta++
+	}
+	t.touchDir(sp.ino, delta)
+	t.touchDir(dp.ino, -delta)
+	if err := t.putInode(src); err != nil {
+		return err
+	}
+	return t.putInode(dst)
+}

@@ -1,0 +1,265 @@
+package fsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Apply commits a changeset as one new revision of ws (see Changeset for
+// how its ops are read). If info.Base is zero it defaults to cs.From, so a
+// changeset made against an older revision commits only if none of its
+// paths changed since; otherwise it fails with a *ConflictError.
+func (s *Store) Apply(ctx context.Context, ws int64, cs *Changeset, info CommitInfo) (Revision, error) {
+	ops, err := cleanOps(cs.Ops)
+	if err != nil {
+		return Revision{}, err
+	}
+	if info.Base == 0 {
+		info.Base = cs.From
+	}
+	return s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(ops) })
+}
+
+// removal is an entry a changeset takes away, resolved against the base.
+type removal struct {
+	op     Op
+	parent uint64
+	name   string
+	ino    uint64
+}
+
+func (t *wtx) applyChangeset(ops []Op) error {
+	var removals []removal
+	var adds, links, edits []Op
+	moved := map[string]uint64{} // rename source path -> inode
+	for _, op := range ops {
+		switch op.Kind {
+		case OpDelete, OpDeleteAll, OpRename:
+			p := op.Path
+			if op.Kind == OpRename {
+				if op.Exchange {
+					return opError(op, fmt.Errorf("exchange in a changeset: %w", ErrInvalidArgument))
+				}
+				p = op.From
+			}
+			if p == "" {
+				if op.Kind == OpDeleteAll {
+					removals = append(removals, removal{op: op, ino: t.v.root})
+					continue
+				}
+				return opError(op, ErrInvalidArgument)
+			}
+			parent, name, err := t.parentOf(p)
+			if err != nil {
+				return opError(op, err)
+			}
+			ino, _, err := t.v.lookup(parent.ino, name)
+			if errors.Is(err, ErrNotFound) && op.Kind == OpDeleteAll {
+				continue
+			} else if err != nil {
+				return pathErr(string(op.Kind), p, err)
+			}
+			removals = append(removals, removal{op: op, parent: parent.ino, name: name, ino: ino})
+			if op.Kind == OpRename {
+				adds = append(adds, op)
+				moved[op.From] = ino
+			}
+		case OpMkdir, OpCreate, OpSymlink:
+			adds = append(adds, op)
+		case OpLink:
+			links = append(links, op)
+		default:
+			edits = append(edits, op)
+		}
+	}
+	// Remove, deepest first, so directories are empty when their turn comes.
+	sort.SliceStable(removals, func(i, j int) bool {
+		return depth(removalPath(removals[i].op)) > depth(removalPath(removals[j].op))
+	})
+	for _, r := range removals {
+		if err := t.removeResolved(r); err != nil {
+			return opError(r.op, err)
+		}
+	}
+	// Add, shallowest first, so parents exist when their children come.
+	sort.SliceStable(adds, func(i, j int) bool { return depth(adds[i].Path) < depth(adds[j].Path) })
+	for _, op := range adds {
+		var err error
+		if op.Kind == OpRename {
+			err = t.attach(op.Path, moved[op.From])
+		} else {
+			err = t.apply(op)
+		}
+		if err != nil {
+			return opError(op, err)
+		}
+	}
+	for _, op := range append(links, edits...) {
+		if err := t.apply(op); err != nil {
+			return opError(op, err)
+		}
+	}
+	return nil
+}
+
+func removalPath(op Op) string {
+	if op.Kind == OpRename {
+		return op.From
+	}
+	return op.Path
+}
+
+func (t *wtx) removeResolved(r removal) error {
+	in, err := t.v.inode(r.ino)
+	if err != nil {
+		return err
+	}
+	switch r.op.Kind {
+	case OpRename:
+		// Detach only; the inode is attached at its new name later.
+		if in.isDir() {
+			t.touchDir(r.parent, -1)
+		} else {
+			t.touchDir(r.parent, 0)
+		}
+		return t.setEntry(r.parent, r.name, 0, 0)
+	case OpDeleteAll:
+		if in.isDir() {
+			if err := t.emptyDir(in); err != nil {
+				return err
+			}
+		}
+		if r.ino == t.v.root {
+			return nil
+		}
+	default:
+		if in.isDir() {
+			children, err := t.v.list(in.ino)
+			if err != nil {
+				return err
+			}
+			if len(children) > 0 {
+				return ErrNotEmpty
+			}
+		}
+	}
+	return t.unlink(r.parent, r.name, in)
+}
+
+// attach links a detached inode at path p.
+func (t *wtx) attach(p string, ino uint64) error {
+	parent, name, err := t.parentOf(p)
+	if err != nil {
+		return err
+	}
+	if err := t.free(parent, name); err != nil {
+		return err
+	}
+	in, err := t.v.inode(ino)
+	if err != nil {
+		return err
+	}
+	return t.add(parent, name, in)
+}
+
+// Restore makes the tree at path p (the whole tree if p is "") look as it
+// did at revision rev, as a new revision. Paths outside p are untouched. If
+// nothing differs, no revision is made and the head revision is returned.
+func (s *Store) Restore(ctx context.Context, ws int64, rev int64, p string, info CommitInfo) (Revision, error) {
+	clean, err := CleanPath(p)
+	if err != nil {
+		return Revision{}, err
+	}
+	w, err := s.WorkspaceByID(ctx, ws)
+	if err != nil {
+		return Revision{}, err
+	}
+	cs, err := s.Diff(ctx, ws, w.Head, rev)
+	if err != nil {
+		return Revision{}, err
+	}
+	ops, err := s.restrict(ctx, ws, rev, cs.Ops, clean)
+	if err != nil {
+		return Revision{}, err
+	}
+	if len(ops) == 0 {
+		log, err := s.Log(ctx, ws, 1)
+		if err != nil || len(log) == 0 {
+			return Revision{}, err
+		}
+		return log[0], nil
+	}
+	if info.Source == "" {
+		info.Source = SourceRestore
+	}
+	if info.Message == "" {
+		info.Message = fmt.Sprintf("restore %q from revision %d", clean, rev)
+	}
+	info.Base = cs.From
+	return s.Apply(ctx, ws, &Changeset{From: cs.From, To: cs.To, Ops: ops}, info)
+}
+
+// restrict keeps the ops of a changeset that touch only the subtree at root.
+// A rename across the subtree's edge becomes a delete (moving out) or a
+// fresh copy of the old file (moving in), so nothing outside changes.
+func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root string) ([]Op, error) {
+	if root == "" {
+		return ops, nil
+	}
+	var out []Op
+	copied := map[string]bool{}
+	for _, op := range ops {
+		in := inSubtree(op.Path, root)
+		switch op.Kind {
+		case OpRename, OpLink:
+			fromIn := inSubtree(op.From, root)
+			switch {
+			case in && (fromIn || op.Kind == OpLink && copied[op.From]):
+				out = append(out, op)
+			case in:
+				cp, err := s.copyOps(ctx, ws, rev, op.Path)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, cp...)
+				copied[op.Path] = true
+			case fromIn && op.Kind == OpRename:
+				out = append(out, Op{Kind: OpDelete, Path: op.From})
+			}
+		default:
+			if in {
+				out = append(out, op)
+			}
+		}
+	}
+	return out, nil
+}
+
+// copyOps recreates the entry at p (and what lies beneath it) as it was at rev.
+func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, error) {
+	sn, err := s.Snapshot(ctx, ws, rev)
+	if err != nil {
+		return nil, err
+	}
+	v, err := sn.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ops, times []Op
+	err = sn.Walk(ctx, p, func(q string, st Stat) error {
+		in, err := v.inode(st.Ino)
+		if err != nil {
+			return err
+		}
+		d := &differ{va: v, vb: v, cs: v.cs}
+		if err := d.created(in, []string{q}); err != nil {
+			return err
+		}
+		ops = append(ops, d.adds...)
+		times = append(times, d.edits...)
+		return nil
+	})
+	return append(ops, times...), err
+}

@@ -1,0 +1,83 @@
+package fsstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// queries holds the prepared statements of one connection (the writer) or
+// pool (the readers). "Latest" lookups return the newest row of a key born
+// at or before a revision; the caller checks whether it is still alive.
+type queries struct {
+	dentryLatest, dirList                           *sql.Stmt
+	inodeLatest                                     *sql.Stmt
+	extentsRange, extentsData, chunkData, chunkInfo *sql.Stmt
+	chunkByHash                                     *sql.Stmt
+
+	insDentry, killDentry, setDentry             *sql.Stmt
+	insInode, killInode, updInode, delInode      *sql.Stmt
+	insExtent, killExtent, setExtent, delExtent  *sql.Stmt
+	extentRow                                    *sql.Stmt
+	insChunk, nextIno, insRevision, setHead      *sql.Stmt
+	changedDentries, changedInodes, changedExtents *sql.Stmt
+	dentriesOfIno                                  *sql.Stmt
+
+	all []*sql.Stmt
+}
+
+const inodeCols = "birth, death, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name"
+
+func prepareQueries(ctx context.Context, p interface {
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+}) (*queries, error) {
+	q := &queries{}
+	for _, st := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{
+		{&q.dentryLatest, `SELECT ino, kind, birth, death FROM dentries WHERE ws = ? AND parent = ? AND name = ? AND birth <= ? ORDER BY birth DESC LIMIT 1`},
+		{&q.dirList, `SELECT name, ino, kind FROM dentries WHERE ws = ?1 AND parent = ?2 AND birth <= ?3 AND death > ?3 ORDER BY name`},
+		{&q.inodeLatest, `SELECT ` + inodeCols + ` FROM inodes WHERE ws = ? AND ino = ? AND birth <= ? ORDER BY birth DESC LIMIT 1`},
+		{&q.extentsRange, `SELECT idx, chunk FROM extents WHERE ws = ?1 AND ino = ?2 AND idx >= ?3 AND idx < ?4 AND birth <= ?5 AND death > ?5 ORDER BY idx`},
+		{&q.extentsData, `SELECT e.idx, c.data FROM extents e JOIN chunks c ON c.id = e.chunk WHERE e.ws = ?1 AND e.ino = ?2 AND e.idx >= ?3 AND e.idx < ?4 AND e.birth <= ?5 AND e.death > ?5 ORDER BY e.idx`},
+		{&q.chunkData, `SELECT data FROM chunks WHERE id = ?`},
+		{&q.chunkInfo, `SELECT hash, size FROM chunks WHERE id = ?`},
+		{&q.chunkByHash, `SELECT id, size FROM chunks WHERE hash = ?`},
+
+		{&q.insDentry, `INSERT INTO dentries(ws, parent, name, birth, death, ino, kind) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+		{&q.killDentry, `UPDATE dentries SET death = ? WHERE ws = ? AND parent = ? AND name = ? AND birth = ?`},
+		{&q.setDentry, `UPDATE dentries SET ino = ?, kind = ? WHERE ws = ? AND parent = ? AND name = ? AND birth = ?`},
+		{&q.insInode, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&q.killInode, `UPDATE inodes SET death = ? WHERE ws = ? AND ino = ? AND birth = ?`},
+		{&q.updInode, `UPDATE inodes SET mode = ?, uid = ?, gid = ?, nlink = ?, size = ?, mtime_ns = ?, ctime_ns = ?, target = ?, parent = ?, name = ? WHERE ws = ? AND ino = ? AND birth = ?`},
+		{&q.delInode, `DELETE FROM inodes WHERE ws = ? AND ino = ? AND birth = ?`},
+		{&q.insExtent, `INSERT INTO extents(ws, ino, idx, birth, death, chunk) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&q.killExtent, `UPDATE extents SET death = ? WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},
+		{&q.setExtent, `UPDATE extents SET chunk = ? WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},
+		{&q.delExtent, `DELETE FROM extents WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},
+		{&q.extentRow, `SELECT chunk, birth, death FROM extents WHERE ws = ? AND ino = ? AND idx = ? AND birth <= ? ORDER BY birth DESC LIMIT 1`},
+		{&q.insChunk, `INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)`},
+		{&q.nextIno, `UPDATE counters SET value = value + 1 WHERE name = 'ino' RETURNING value`},
+		{&q.insRevision, `INSERT INTO revisions(ws, rev, time_ns, source, tenant, exec_id, message, changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&q.setHead, `UPDATE workspaces SET head = ? WHERE id = ?`},
+		{&q.changedDentries, `SELECT DISTINCT parent, name FROM dentries WHERE ws = ? AND birth > ? AND birth <= ?`},
+		{&q.changedInodes, `SELECT DISTINCT ino FROM inodes WHERE ws = ? AND birth > ? AND birth <= ?`},
+		{&q.dentriesOfIno, `SELECT parent, name FROM dentries WHERE ws = ?1 AND ino = ?2 AND birth <= ?3 AND death > ?3`},
+		{&q.changedExtents, `SELECT DISTINCT ino, idx FROM extents WHERE ws = ? AND birth > ? AND birth <= ? ORDER BY ino, idx`},
+	} {
+		var err error
+		if *st.dst, err = p.PrepareContext(ctx, st.sql); err != nil {
+			q.close()
+			return nil, fmt.Errorf("prepare %q: %w", st.sql, err)
+		}
+		q.all = append(q.all, *st.dst)
+	}
+	return q, nil
+}
+
+func (q *queries) close() {
+	for _, st := range q.all {
+		st.Close()
+	}
+}

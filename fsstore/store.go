@@ -1,0 +1,259 @@
+// Package fsstore is computerd's durable workspace store: revisioned trees in
+// one SQLite database, with paths (directory entries), metadata (inodes) and
+// bytes (content-addressed chunks) kept apart.
+//
+// Every row of the tree tables is versioned: it is alive for revisions
+// birth <= r < death of one workspace. A commit therefore writes only the
+// rows it changes, any revision stays readable until pruned, and the keys
+// that differ between two revisions are exactly the rows born between them,
+// so a diff costs O(changes). A fork is a new workspace whose reads fall
+// through to its source at the fork revision for every key it has not
+// written itself: it copies nothing.
+package fsstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+)
+
+// DefaultChunkSize is the chunk size of new stores.
+const DefaultChunkSize = 256 << 10
+
+// forever is the death of a row that is still alive.
+const forever int64 = 1<<63 - 1
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a data directory holding every workspace of a computerd.
+type Store struct {
+	// Dir is the data directory; the database is Dir/store.db.
+	Dir string
+	// ChunkSize applies only when the store is created (default DefaultChunkSize).
+	ChunkSize int
+	// SyncFull makes every commit fsync (synchronous=FULL). Off, a commit
+	// survives a crash of the process at any instant but not of the machine.
+	SyncFull bool
+	// Readers is the size of the read connection pool (default 4).
+	Readers int
+	// LeaseTime is how long chunks written by Put stay safe from garbage
+	// collection before a commit references them (default 1h).
+	LeaseTime time.Duration
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+
+	chunkSize int64
+	wdb       *sql.DB  // one connection, for the single writer
+	wconn     *sql.Conn
+	wq        *queries // statements on wconn
+	rdb       *sql.DB // read-only pool
+	rq        *queries
+
+	wmu    sync.Mutex         // the single writer
+	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
+	closed bool               // guarded by wmu
+
+	wsmu    sync.Mutex
+	wsCache map[int64]*wsInfo // immutable parts of workspaces
+}
+
+// New returns a store for dir; call Open before use.
+func New(dir string) *Store { return &Store{Dir: dir} }
+
+// Open creates the data directory and database if needed, migrates the
+// schema and prepares the connections.
+func (s *Store) Open(ctx context.Context) error {
+	if s.Readers <= 0 {
+		s.Readers = 4
+	}
+	if s.LeaseTime <= 0 {
+		s.LeaseTime = time.Hour
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	s.leases = map[int64]time.Time{}
+	s.wsCache = map[int64]*wsInfo{}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	dbPath := filepath.Join(s.Dir, "store.db")
+	sync := "NORMAL"
+	if s.SyncFull {
+		sync = "FULL"
+	}
+	dsn := func(extra string) string {
+		return "file:" + dbPath + "?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)" +
+			"&_pragma=auto_vacuum(2)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)" + extra
+	}
+	var err error
+	if s.wdb, err = sql.Open("sqlite", dsn("")); err != nil {
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetConnMaxIdleTime(0)
+	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
+		s.wdb.Close()
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	var mode string
+	if err := s.wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
+		s.closeDBs()
+		return fmt.Errorf("open %s: journal mode %q, want wal (%v)", dbPath, mode, err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return err
+	}
+	if err := s.loadSettings(ctx); err != nil {
+		s.closeDBs()
+		return err
+	}
+	if s.rdb, err = sql.Open("sqlite", dsn("&_pragma=query_only(1)")); err != nil {
+		s.closeDBs()
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	s.rdb.SetMaxOpenConns(s.Readers)
+	s.rdb.SetMaxIdleConns(s.Readers)
+	if s.wq, err = prepareQueries(ctx, s.wconn); err != nil {
+		s.closeDBs()
+		return err
+	}
+	if s.rq, err = prepareQueries(ctx, s.rdb); err != nil {
+		s.closeDBs()
+		return err
+	}
+	return nil
+}
+
+// Close waits for the writer to finish and closes the database.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeDBs()
+}
+
+func (s *Store) closeDBs() error {
+	var errs []error
+	for _, q := range []*queries{s.wq, s.rq} {
+		if q != nil {
+			q.close()
+		}
+	}
+	if s.wconn != nil {
+		// Fold the WAL back into the database so a clean stop leaves one file.
+		s.wconn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)")
+		errs = append(errs, s.wconn.Close())
+	}
+	if s.wdb != nil {
+		errs = append(errs, s.wdb.Close())
+	}
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ChunkSizeBytes is the store's fixed chunk size.
+func (s *Store) ChunkSizeBytes() int64 { return s.chunkSize }
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.wconn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_ns INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	names, err := migrations.ReadDir("migrations")
+	if err != nil {
+		return err
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i].Name() < names[j].Name() })
+	for _, e := range names {
+		var version int
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &version); err != nil {
+			return fmt.Errorf("migration %s: bad name", e.Name())
+		}
+		if err := s.applyMigration(ctx, version, e.Name()); err != nil {
+			return fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, version int, name string) (err error) {
+	body, err := migrations.ReadFile("migrations/" + name)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, func() error {
+		var n int
+		if err := s.wconn.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", version).Scan(&n); err != nil || n > 0 {
+			return err
+		}
+		if _, err := s.wconn.ExecContext(ctx, string(body)); err != nil {
+			return err
+		}
+		_, err := s.wconn.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_ns) VALUES (?, ?)", version, time.Now().UnixNano())
+		return err
+	})
+}
+
+func (s *Store) loadSettings(ctx context.Context) error {
+	return s.inTx(ctx, func() error {
+		err := s.wconn.QueryRowContext(ctx, "SELECT value FROM settings WHERE key = 'chunk_size'").Scan(&s.chunkSize)
+		if errors.Is(err, sql.ErrNoRows) {
+			s.chunkSize = int64(s.ChunkSize)
+			if s.chunkSize <= 0 {
+				s.chunkSize = DefaultChunkSize
+			}
+			_, err = s.wconn.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES ('chunk_size', ?)", s.chunkSize)
+		}
+		return err
+	})
+}
+
+// inTx runs fn inside BEGIN IMMEDIATE ... COMMIT on the writer connection,
+// rolling back if fn fails. The caller holds wmu, or is Open.
+func (s *Store) inTx(ctx context.Context, fn func() error) (err error) {
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// Roll back with a context that cannot be cancelled: a half-open
+			// transaction would block every later writer.
+			s.wconn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if err = fn(); err != nil {
+		return err
+	}
+	if _, err = s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// write runs fn as one write transaction under the writer lock.
+func (s *Store) write(ctx context.Context, fn func() error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.inTx(ctx, fn)
+}

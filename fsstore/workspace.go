@@ -1,0 +1,216 @@
+package fsstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+const wsCols = `id, tenant, name, head, COALESCE(base_ws, 0), COALESCE(base_rev, 0), created_ns, root_ino`
+
+func scanWorkspace(row interface{ Scan(...any) error }) (Workspace, error) {
+	var w Workspace
+	var created int64
+	err := row.Scan(&w.ID, &w.Tenant, &w.Name, &w.Head, &w.BaseID, &w.BaseRev, &created, &w.rootIno)
+	w.Created = time.Unix(0, created)
+	return w, err
+}
+
+// validWorkspaceName reports whether name can name a workspace.
+func validWorkspaceName(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return name != "." && name != ".."
+}
+
+// CreateWorkspace makes an empty workspace whose revision 1 holds only the root directory.
+func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (Workspace, error) {
+	if !validWorkspaceName(name) {
+		return Workspace{}, fmt.Errorf("workspace name %q: want 1-128 of [A-Za-z0-9._-]: %w", name, ErrInvalidArgument)
+	}
+	var id int64
+	err := s.write(ctx, func() error {
+		if err := s.nameFree(ctx, tenant, name); err != nil {
+			return err
+		}
+		now := s.Now().UnixNano()
+		var ino uint64
+		if err := s.wq.nextIno.QueryRowContext(ctx).Scan(&ino); err != nil {
+			return wrapDB("allocate inode", err)
+		}
+		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, head, created_ns) VALUES (?, ?, ?, 1, ?)`, tenant, name, ino, now)
+		if err != nil {
+			return wrapDB("create workspace", err)
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		if _, err := s.wq.insInode.ExecContext(ctx, id, ino, 1, forever, syscall.S_IFDIR|0o755, 0, 0, 2, 0, now, now, nil, 0, nil); err != nil {
+			return wrapDB("create root", err)
+		}
+		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(SourceCreate), tenant, "", "", 0)
+		return wrapDB("record revision", err)
+	})
+	if err != nil {
+		return Workspace{}, err
+	}
+	return s.WorkspaceByID(ctx, id)
+}
+
+func (s *Store) nameFree(ctx context.Context, tenant, name string) error {
+	var n int
+	if err := s.wconn.QueryRowContext(ctx, `SELECT count(*) FROM workspaces WHERE tenant = ? AND name = ? AND deleted_ns IS NULL`, tenant, name).Scan(&n); err != nil {
+		return wrapDB("check name", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("workspace %q: %w", name, ErrWorkspaceExists)
+	}
+	return nil
+}
+
+// Fork makes workspace name of the same tenant whose revision 1 is src at
+// revision rev (Head for its newest). It copies no rows: the fork reads
+// through to src for everything it has not changed.
+func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (Workspace, error) {
+	if !validWorkspaceName(name) {
+		return Workspace{}, fmt.Errorf("workspace name %q: %w", name, ErrInvalidArgument)
+	}
+	var id int64
+	err := s.write(ctx, func() error {
+		w, err := s.liveWorkspace(ctx, s.wconn, src)
+		if err != nil {
+			return err
+		}
+		if rev == Head {
+			rev = w.Head
+		} else if err := s.checkRev(ctx, s.wconn, w, rev); err != nil {
+			return err
+		}
+		if err := s.nameFree(ctx, w.Tenant, name); err != nil {
+			return err
+		}
+		now := s.Now().UnixNano()
+		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?, ?, ?, ?, ?, 1, ?)`,
+			w.Tenant, name, w.rootIno, w.ID, rev, now)
+		if err != nil {
+			return wrapDB("fork workspace", err)
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
+		return wrapDB("record revision", err)
+	})
+	if err != nil {
+		return Workspace{}, err
+	}
+	return s.WorkspaceByID(ctx, id)
+}
+
+type rowQuerier interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+func (s *Store) liveWorkspace(ctx context.Context, db rowQuerier, id int64) (Workspace, error) {
+	w, err := scanWorkspace(db.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE id = ? AND deleted_ns IS NULL`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return w, ErrWorkspaceNotFound
+	}
+	return w, wrapDB("load workspace", err)
+}
+
+// checkRev verifies that rev is a retained revision of w.
+func (s *Store) checkRev(ctx context.Context, db rowQuerier, w Workspace, rev int64) error {
+	var n int
+	if rev < 1 || rev > w.Head {
+		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, ErrUnknownRevision)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM revisions WHERE ws = ? AND rev = ?`, w.ID, rev).Scan(&n); err != nil {
+		return wrapDB("check revision", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, ErrUnknownRevision)
+	}
+	return nil
+}
+
+// WorkspaceByID returns a live workspace.
+func (s *Store) WorkspaceByID(ctx context.Context, id int64) (Workspace, error) {
+	return s.liveWorkspace(ctx, s.rdb, id)
+}
+
+// Workspace returns the tenant's live workspace called name.
+func (s *Store) Workspace(ctx context.Context, tenant, name string) (Workspace, error) {
+	w, err := scanWorkspace(s.rdb.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE tenant = ? AND name = ? AND deleted_ns IS NULL`, tenant, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return w, fmt.Errorf("workspace %q: %w", name, ErrWorkspaceNotFound)
+	}
+	return w, wrapDB("load workspace", err)
+}
+
+// Workspaces lists a tenant's live workspaces by name; tenant "" lists every tenant's.
+func (s *Store) Workspaces(ctx context.Context, tenant string) ([]Workspace, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE deleted_ns IS NULL AND (?1 = '' OR tenant = ?1) ORDER BY tenant, name`, tenant)
+	if err != nil {
+		return nil, wrapDB("list workspaces", err)
+	}
+	defer rows.Close()
+	var out []Workspace
+	for rows.Next() {
+		w, err := scanWorkspace(rows)
+		if err != nil {
+			return nil, wrapDB("list workspaces", err)
+		}
+		out = append(out, w)
+	}
+	return out, wrapDB("list workspaces", rows.Err())
+}
+
+// DeleteWorkspace removes a workspace from its tenant's namespace and drops
+// its rows, except those that forks of it still read through to.
+func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
+	return s.write(ctx, func() error {
+		if _, err := s.liveWorkspace(ctx, s.wconn, id); err != nil {
+			return err
+		}
+		if _, err := s.wconn.ExecContext(ctx, `UPDATE workspaces SET deleted_ns = ? WHERE id = ?`, s.Now().UnixNano(), id); err != nil {
+			return wrapDB("delete workspace", err)
+		}
+		return s.collectLayer(ctx, id)
+	})
+}
+
+// Log lists a workspace's retained revisions, newest first; limit <= 0 means all.
+func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]Revision, error) {
+	if _, err := s.WorkspaceByID(ctx, ws); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions WHERE ws = ? ORDER BY rev DESC LIMIT ?`, ws, limit)
+	if err != nil {
+		return nil, wrapDB("log", err)
+	}
+	defer rows.Close()
+	var out []Revision
+	for rows.Next() {
+		var r Revision
+		var t int64
+		if err := rows.Scan(&r.Rev, &t, &r.Source, &r.Tenant, &r.ExecID, &r.Message, &r.Changes); err != nil {
+			return nil, wrapDB("log", err)
+		}
+		r.Time = time.Unix(0, t)
+		out = append(out, r)
+	}
+	return out, wrapDB("log", rows.Err())
+}

@@ -1,0 +1,429 @@
+package fsstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// wtx is one write transaction producing revision rev of workspace ws.
+type wtx struct {
+	s   *Store
+	ctx context.Context
+	q   *queries
+	ws  *wsInfo
+	rev int64 // the revision being written
+	now int64
+	v   *view // the tree as it stands inside this transaction
+
+	dirNlink  map[uint64]int  // directories whose entries changed -> subdirectory count delta
+	dirMtime  map[uint64]bool // directories whose mtime must become now
+	changes   int
+	committed []int64 // chunk ids the new rows reference, whose leases can end
+}
+
+// begin starts a revision of ws; the caller is inside s.write.
+func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
+	ws, err := s.workspaceInfo(ctx, s.wconn, wsID)
+	if err != nil {
+		return nil, err
+	}
+	var head int64
+	var deleted sql.NullInt64
+	if err := s.wconn.QueryRowContext(ctx, `SELECT head, deleted_ns FROM workspaces WHERE id = ?`, wsID).Scan(&head, &deleted); err != nil {
+		return nil, fmt.Errorf("load workspace %d: %w", wsID, err)
+	}
+	if deleted.Valid {
+		return nil, ErrWorkspaceNotFound
+	}
+	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
+		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{}}
+	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// finish flushes directory updates and records the revision.
+func (t *wtx) finish(info CommitInfo) error {
+	if err := t.flushDirs(); err != nil {
+		return err
+	}
+	if info.Tenant == "" {
+		info.Tenant = t.ws.tenant
+	}
+	if info.Source == "" {
+		info.Source = SourceAPI
+	}
+	if _, err := t.q.insRevision.ExecContext(t.ctx, t.ws.id, t.rev, t.now, string(info.Source), info.Tenant, info.ExecID, info.Message, t.changes); err != nil {
+		return fmt.Errorf("record revision: %w", err)
+	}
+	if _, err := t.q.setHead.ExecContext(t.ctx, t.rev, t.ws.id); err != nil {
+		return fmt.Errorf("set head: %w", err)
+	}
+	return nil
+}
+
+// endLeases drops the GC leases of chunks that committed rows now reference;
+// the caller holds wmu.
+func (t *wtx) endLeases() {
+	for _, id := range t.committed {
+		delete(t.s.leases, id)
+	}
+}
+
+func (t *wtx) touchDir(ino uint64, subdirs int) {
+	t.dirNlink[ino] += subdirs
+	t.dirMtime[ino] = true
+}
+
+func (t *wtx) flushDirs() error {
+	for ino := range t.dirMtime {
+		in, err := t.v.inode(ino)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed later in the same revision
+		} else if err != nil {
+			return err
+		}
+		in.nlink = uint32(int(in.nlink) + t.dirNlink[ino])
+		if t.dirMtime[ino] {
+			in.mtime = t.now
+		}
+		if err := t.putInode(in); err != nil {
+			return err
+		}
+	}
+	for ino, d := range t.dirNlink {
+		if d == 0 || t.dirMtime[ino] {
+			continue
+		}
+		in, err := t.v.inode(ino)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		in.nlink = uint32(int(in.nlink) + d)
+		if err := t.putInode(in); err != nil {
+			return err
+		}
+	}
+	clear(t.dirNlink)
+	clear(t.dirMtime)
+	return nil
+}
+
+// newIno allocates an inode number.
+func (t *wtx) newIno() (uint64, error) {
+	var ino uint64
+	if err := t.q.nextIno.QueryRowContext(t.ctx).Scan(&ino); err != nil {
+		return 0, fmt.Errorf("allocate inode: %w", err)
+	}
+	return ino, nil
+}
+
+// putInode writes in as the current version of its inode in this revision.
+func (t *wtx) putInode(in *inode) error {
+	in.ctime = t.now
+	var target, name any
+	if in.isSymlink() {
+		target = []byte(in.target)
+	}
+	if in.isDir() {
+		name = []byte(in.name)
+	}
+	ws := t.ws.id
+	if in.ws == ws && in.birth == t.rev {
+		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, ws, in.ino, in.birth)
+		return wrapDB("update inode", err)
+	}
+	if in.ws == ws && in.death > t.rev {
+		if _, err := t.q.killInode.ExecContext(t.ctx, t.rev, ws, in.ino, in.birth); err != nil {
+			return wrapDB("update inode", err)
+		}
+	}
+	in.ws, in.birth, in.death = ws, t.rev, forever
+	_, err := t.q.insInode.ExecContext(t.ctx, ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+	return wrapDB("insert inode", err)
+}
+
+// dropInode ends an inode whose last link is gone, with its extents.
+func (t *wtx) dropInode(in *inode) error {
+	ws := t.ws.id
+	if in.ws != ws {
+		return nil // only reachable through entries, which are gone
+	}
+	var err error
+	if in.birth == t.rev {
+		_, err = t.q.delInode.ExecContext(t.ctx, ws, in.ino, in.birth)
+	} else {
+		_, err = t.q.killInode.ExecContext(t.ctx, t.rev, ws, in.ino, in.birth)
+	}
+	if err != nil {
+		return wrapDB("drop inode", err)
+	}
+	if !in.isReg() {
+		return nil
+	}
+	rows, err := t.s.wconn.QueryContext(t.ctx, `SELECT idx, birth FROM extents WHERE ws = ?1 AND ino = ?2 AND death > ?3`, ws, in.ino, t.rev)
+	if err != nil {
+		return wrapDB("drop extents", err)
+	}
+	type key struct{ idx, birth int64 }
+	var keys []key
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.idx, &k.birth); err != nil {
+			rows.Close()
+			return wrapDB("drop extents", err)
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	for _, k := range keys {
+		if k.birth == t.rev {
+			_, err = t.q.delExtent.ExecContext(t.ctx, ws, in.ino, k.idx, k.birth)
+		} else {
+			_, err = t.q.killExtent.ExecContext(t.ctx, t.rev, ws, in.ino, k.idx, k.birth)
+		}
+		if err != nil {
+			return wrapDB("drop extents", err)
+		}
+	}
+	return nil
+}
+
+// setEntry makes name in parent point to ino (0 removes it, as a tombstone).
+func (t *wtx) setEntry(parent uint64, name string, ino uint64, kind int) error {
+	ws := t.ws.id
+	var cur uint64
+	var curKind int
+	var birth, death int64
+	err := t.q.dentryLatest.QueryRowContext(t.ctx, ws, parent, name, t.rev).Scan(&cur, &curKind, &birth, &death)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return wrapDB("set entry", err)
+	case birth == t.rev:
+		_, err := t.q.setDentry.ExecContext(t.ctx, ino, kind, ws, parent, name, birth)
+		return wrapDB("set entry", err)
+	case death > t.rev:
+		if _, err := t.q.killDentry.ExecContext(t.ctx, t.rev, ws, parent, name, birth); err != nil {
+			return wrapDB("set entry", err)
+		}
+	}
+	_, err = t.q.insDentry.ExecContext(t.ctx, ws, parent, name, t.rev, forever, ino, kind)
+	return wrapDB("set entry", err)
+}
+
+// setExtent makes chunk the content of slot idx of ino (0: a hole).
+func (t *wtx) setExtent(ino uint64, idx int64, chunk int64) error {
+	ws := t.ws.id
+	var cur sql.NullInt64
+	var birth, death int64
+	var val any
+	if chunk != 0 {
+		val = chunk
+		t.committed = append(t.committed, chunk)
+	}
+	err := t.q.extentRow.QueryRowContext(t.ctx, ws, ino, idx, t.rev).Scan(&cur, &birth, &death)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return wrapDB("set extent", err)
+	case birth == t.rev:
+		_, err := t.q.setExtent.ExecContext(t.ctx, val, ws, ino, idx, birth)
+		return wrapDB("set extent", err)
+	case death > t.rev:
+		if cur.Int64 == chunk {
+			return nil
+		}
+		if _, err := t.q.killExtent.ExecContext(t.ctx, t.rev, ws, ino, idx, birth); err != nil {
+			return wrapDB("set extent", err)
+		}
+	}
+	_, err = t.q.insExtent.ExecContext(t.ctx, ws, ino, idx, t.rev, forever, val)
+	return wrapDB("set extent", err)
+}
+
+// putChunk stores data as a chunk, or finds the copy already stored.
+func (t *wtx) putChunk(data []byte) (int64, error) {
+	return putChunk(t.ctx, t.q, sha256.Sum256(data), data)
+}
+
+func putChunk(ctx context.Context, q *queries, h Hash, data []byte) (int64, error) {
+	var id, size int64
+	err := q.chunkByHash.QueryRowContext(ctx, h[:]).Scan(&id, &size)
+	if err == nil {
+		return id, nil
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return 0, wrapDB("find chunk", err)
+	}
+	res, err := q.insChunk.ExecContext(ctx, h[:], len(data), data)
+	if err != nil {
+		return 0, wrapDB("store chunk", err)
+	}
+	return res.LastInsertId()
+}
+
+// chunkID finds the row of a chunk named in a changeset.
+func (t *wtx) chunkID(ref ChunkRef) (int64, error) {
+	if ref.id != 0 {
+		return ref.id, nil
+	}
+	var id, size int64
+	err := t.q.chunkByHash.QueryRowContext(t.ctx, ref.Hash[:]).Scan(&id, &size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("chunk %s: %w", ref.Hash, ErrMissingChunk)
+	} else if err != nil {
+		return 0, wrapDB("find chunk", err)
+	}
+	if size != int64(ref.Len) {
+		return 0, fmt.Errorf("chunk %s: length %d, stored %d: %w", ref.Hash, ref.Len, size, ErrInvalidArgument)
+	}
+	return id, nil
+}
+
+// writeData writes data at off into a regular file, chunk by chunk.
+func (t *wtx) writeData(in *inode, off int64, data []byte) error {
+	cs := t.s.chunkSize
+	for len(data) > 0 {
+		idx := off / cs
+		start := idx * cs
+		n := min(int64(len(data)), start+cs-off)
+		var buf []byte
+		if off > start || off+n < start+cs {
+			// A partial chunk: merge with what is there.
+			old, err := t.v.extentAt(in.ino, idx)
+			if err != nil {
+				return err
+			}
+			if old != 0 && start < in.size {
+				if buf, err = t.v.chunkData(old); err != nil {
+					return err
+				}
+				// bytes past the file's end are not content
+				buf = buf[:min(int64(len(buf)), in.size-start)]
+			}
+		}
+		end := off - start + n
+		if int64(len(buf)) < end {
+			buf = append(buf, make([]byte, end-int64(len(buf)))...)
+		}
+		copy(buf[off-start:end], data[:n])
+		id, err := t.putChunk(buf)
+		if err != nil {
+			return err
+		}
+		if err := t.setExtent(in.ino, idx, id); err != nil {
+			return err
+		}
+		in.size = max(in.size, off+n)
+		off += n
+		data = data[n:]
+	}
+	return nil
+}
+
+// writeContent places stored chunks into a regular file's slots.
+func (t *wtx) writeContent(in *inode, c *Content) error {
+	cs := t.s.chunkSize
+	for _, ref := range c.Chunks {
+		if ref.Index < 0 || ref.Len <= 0 || int64(ref.Len) > cs {
+			return fmt.Errorf("chunk %d length %d: %w", ref.Index, ref.Len, ErrInvalidArgument)
+		}
+		id, err := t.chunkID(ref)
+		if err != nil {
+			return err
+		}
+		if err := t.setExtent(in.ino, ref.Index, id); err != nil {
+			return err
+		}
+		in.size = max(in.size, ref.Index*cs+int64(ref.Len))
+	}
+	return nil
+}
+
+// truncate sets a regular file's size, dropping or cutting chunks past it.
+func (t *wtx) truncate(in *inode, size int64) error {
+	if size < 0 {
+		return ErrInvalidArgument
+	}
+	cs := t.s.chunkSize
+	if size < in.size {
+		keep := (size + cs - 1) / cs // slots [0, keep) survive
+		es, err := t.v.extents(in.ino, keep, (in.size+cs-1)/cs+1)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			if err := t.setExtent(in.ino, e.idx, 0); err != nil {
+				return err
+			}
+		}
+		if rem := size % cs; rem != 0 {
+			idx := size / cs
+			old, err := t.v.extentAt(in.ino, idx)
+			if err != nil {
+				return err
+			}
+			if old != 0 {
+				data, err := t.v.chunkData(old)
+				if err != nil {
+					return err
+				}
+				if int64(len(data)) > rem {
+					id, err := t.putChunk(data[:rem])
+					if err != nil {
+						return err
+					}
+					if err := t.setExtent(in.ino, idx, id); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	in.size = size
+	return nil
+}
+
+// unlink removes the entry name (naming in) from directory parent.
+func (t *wtx) unlink(parent uint64, name string, in *inode) error {
+	if err := t.setEntry(parent, name, 0, 0); err != nil {
+		return err
+	}
+	if in.isDir() {
+		t.touchDir(parent, -1)
+		return t.dropInode(in)
+	}
+	t.touchDir(parent, 0)
+	in.nlink--
+	if in.nlink == 0 {
+		return t.dropInode(in)
+	}
+	return t.putInode(in)
+}
+
+// newInode allocates an inode of the given type and permissions.
+func (t *wtx) newInode(typ uint32, perm uint32) (*inode, error) {
+	ino, err := t.newIno()
+	if err != nil {
+		return nil, err
+	}
+	in := &inode{ino: ino, mode: typ | perm, nlink: 1, mtime: t.now, ctime: t.now}
+	if typ == syscall.S_IFDIR {
+		in.nlink = 2
+	}
+	return in, nil
+}
+
+func wrapDB(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
