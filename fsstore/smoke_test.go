@@ -8,17 +8,6 @@ import (
 	"computerd/fsstore"
 )
 
-func MustOpen(tb testing.TB) *fsstore.Store {
-	tb.Helper()
-	s := fsstore.New(tb.TempDir())
-	s.ChunkSize = 16
-	if err := s.Open(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
-
 func TestSmoke(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
