@@ -1,0 +1,104 @@
+// Package command implements the computerd command line, so tests and
+// benchmarks can run it in-process.
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"computerd/fsstore"
+)
+
+// DefaultDataDir is where the store lives unless --data says otherwise:
+// /var/lib/computerd for root, else $XDG_DATA_HOME/computerd (or
+// ~/.local/share/computerd).
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/computerd"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "computerd")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "computerd")
+	}
+	return filepath.Join(home, ".local", "share", "computerd")
+}
+
+// Run runs the computerd command line with args (args[0] is the program name).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	app := &cli.App{
+		Name:                 "computerd",
+		Usage:                "durable workspaces for agents",
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		Commands:             []*cli.Command{storeCommand()},
+	}
+	return app.RunContext(ctx, args)
+}
+
+var (
+	dataFlag   = &cli.StringFlag{Name: "data", Usage: "data directory", Value: DefaultDataDir(), EnvVars: []string{"COMPUTERD_DATA"}}
+	tenantFlag = &cli.StringFlag{Name: "tenant", Usage: "tenant owning the workspaces", Value: "local"}
+	jsonFlag   = &cli.BoolFlag{Name: "json", Usage: "machine-readable output"}
+	revFlag    = &cli.Int64Flag{Name: "rev", Usage: "revision (default: head)"}
+)
+
+// openStore opens the store named by --data for one command.
+func openStore(c *cli.Context) (*fsstore.Store, error) {
+	s := fsstore.New(c.String("data"))
+	if err := s.Open(c.Context); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// withStore runs fn with the store open, closing it afterwards.
+func withStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		s, err := openStore(c)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return fn(c, s)
+	}
+}
+
+// workspaceArg resolves the workspace named by argument i.
+func workspaceArg(c *cli.Context, s *fsstore.Store, i int) (fsstore.Workspace, error) {
+	name := c.Args().Get(i)
+	if name == "" {
+		return fsstore.Workspace{}, fmt.Errorf("missing workspace argument")
+	}
+	return s.Workspace(c.Context, c.String("tenant"), name)
+}
+
+func revArg(c *cli.Context, i int) (int64, error) {
+	v := c.Args().Get(i)
+	r, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("revision %q: not a number", v)
+	}
+	return r, nil
+}
+
+// output prints v as JSON with --json, else runs the human form.
+func output(c *cli.Context, v any, human func(w io.Writer)) error {
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human(c.App.Writer)
+	return nil
+}

@@ -1,0 +1,395 @@
+package fsstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// maxTextDiff is the largest file, in bytes, shown line by line in a text diff.
+const maxTextDiff = 4 << 20
+
+// FileChange summarises how one path differs between two revisions.
+type FileChange struct {
+	Path    string `json:"path"`
+	From    string `json:"from,omitempty"` // old path of a rename
+	Status  string `json:"status"`         // added, deleted, modified, renamed
+	Added   int    `json:"added"`          // lines
+	Deleted int    `json:"deleted"`        // lines
+	Binary  bool   `json:"binary,omitempty"`
+	oldText []byte
+	newText []byte
+	oldMode string
+	newMode string
+}
+
+// DiffFiles lists the files (and symlinks) that differ between two
+// revisions, with line counts, sorted by path. Directories are left out.
+func (s *Store) DiffFiles(ctx context.Context, ws int64, from, to int64) ([]FileChange, error) {
+	changes, err := s.fileChanges(ctx, ws, from, to)
+	if err != nil {
+		return nil, err
+	}
+	for i := range changes {
+		changes[i].oldText, changes[i].newText = nil, nil
+	}
+	return changes, nil
+}
+
+func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]FileChange, error) {
+	cs, err := s.Diff(ctx, ws, from, to)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.Snapshot(ctx, ws, cs.From)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.Snapshot(ctx, ws, cs.To)
+	if err != nil {
+		return nil, err
+	}
+	byPath := map[string]*FileChange{}
+	note := func(p, from, status string) {
+		if c, ok := byPath[p]; ok {
+			if status != "modified" || c.Status == "deleted" {
+				c.Status = status
+			}
+			if from != "" {
+				c.From = from
+			}
+			return
+		}
+		byPath[p] = &FileChange{Path: p, From: from, Status: status}
+	}
+	for _, op := range cs.Ops {
+		switch op.Kind {
+		case OpDelete:
+			note(op.Path, "", "deleted")
+		case OpRename:
+			note(op.Path, op.From, "renamed")
+		case OpCreate, OpSymlink, OpLink:
+			if c, ok := byPath[op.Path]; ok && c.Status == "deleted" {
+				c.Status = "modified"
+			} else {
+				note(op.Path, "", "added")
+			}
+		case OpWrite, OpTruncate, OpChmod:
+			note(op.Path, "", "modified")
+		}
+	}
+	var out []FileChange
+	for _, c := range byPath {
+		oldPath := c.Path
+		if c.From != "" {
+			oldPath = c.From
+		}
+		var isDir bool
+		if c.Status != "added" {
+			if c.oldText, c.oldMode, isDir, err = textOf(ctx, a, oldPath); err != nil {
+				return nil, err
+			}
+		}
+		if c.Status != "deleted" {
+			if c.newText, c.newMode, isDir, err = textOf(ctx, b, c.Path); err != nil {
+				return nil, err
+			}
+		}
+		if isDir {
+			continue
+		}
+		if c.Status == "modified" && bytes.Equal(c.oldText, c.newText) && c.oldMode == c.newMode {
+			continue // only the time changed
+		}
+		if c.oldText == nil && c.Status != "added" || c.newText == nil && c.Status != "deleted" ||
+			bytes.IndexByte(c.oldText, 0) >= 0 || bytes.IndexByte(c.newText, 0) >= 0 {
+			c.Binary = true
+		} else {
+			for _, e := range diffLines(splitLines(c.oldText), splitLines(c.newText)) {
+				switch e.kind {
+				case '+':
+					c.Added++
+				case '-':
+					c.Deleted++
+				}
+			}
+		}
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// textOf reads a file or symlink for diffing: nil text if it is too big.
+func textOf(ctx context.Context, sn *Snapshot, p string) (text []byte, mode string, isDir bool, err error) {
+	st, err := sn.Stat(ctx, p)
+	if err != nil {
+		return nil, "", false, err
+	}
+	mode = fmt.Sprintf("%06o", unixMode(st))
+	switch {
+	case st.IsDir():
+		return nil, mode, true, nil
+	case st.Target != "":
+		return []byte(st.Target), mode, false, nil
+	case st.Size > maxTextDiff:
+		return nil, mode, false, nil
+	}
+	text, err = sn.ReadFile(ctx, p)
+	if text == nil {
+		text = []byte{}
+	}
+	return text, mode, false, err
+}
+
+func unixMode(st Stat) uint32 {
+	m := unixPerm(st.Mode)
+	switch {
+	case st.IsDir():
+		m |= 0o40000
+	case st.Target != "":
+		m |= 0o120000
+	default:
+		m |= 0o100000
+	}
+	return m
+}
+
+// WriteDiff writes a unified diff (git style, three lines of context)
+// between two revisions to w.
+func (s *Store) WriteDiff(ctx context.Context, w io.Writer, ws int64, from, to int64) error {
+	changes, err := s.fileChanges(ctx, ws, from, to)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		oldPath, newPath := "a/"+c.Path, "b/"+c.Path
+		if c.From != "" {
+			oldPath = "a/" + c.From
+		}
+		fmt.Fprintf(w, "diff --git %s %s\n", oldPath, newPath)
+		switch c.Status {
+		case "added":
+			fmt.Fprintf(w, "new file mode %s\n", c.newMode)
+			oldPath = "/dev/null"
+		case "deleted":
+			fmt.Fprintf(w, "deleted file mode %s\n", c.oldMode)
+			newPath = "/dev/null"
+		case "renamed":
+			fmt.Fprintf(w, "rename from %s\nrename to %s\n", c.From, c.Path)
+		}
+		if c.Status != "added" && c.Status != "deleted" && c.oldMode != c.newMode {
+			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", c.oldMode, c.newMode)
+		}
+		if c.Binary {
+			fmt.Fprintf(w, "Binary files %s and %s differ\n", oldPath, newPath)
+			continue
+		}
+		if bytes.Equal(c.oldText, c.newText) {
+			continue
+		}
+		fmt.Fprintf(w, "--- %s\n+++ %s\n", oldPath, newPath)
+		writeHunks(w, splitLines(c.oldText), splitLines(c.newText), 3)
+	}
+	return nil
+}
+
+// splitLines splits text into lines, each keeping its newline.
+func splitLines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// edit is one line of a line diff: ' ' kept, '-' deleted, '+' added.
+type edit struct {
+	kind byte
+	line string
+}
+
+// diffLines computes a shortest edit script with Myers' O(ND) algorithm.
+func diffLines(a, b []string) []edit {
+	// Trim the common prefix and suffix; most edits are small.
+	pre := 0
+	for pre < len(a) && pre < len(b) && a[pre] == b[pre] {
+		pre++
+	}
+	suf := 0
+	for suf < len(a)-pre && suf < len(b)-pre && a[len(a)-1-suf] == b[len(b)-1-suf] {
+		suf++
+	}
+	var out []edit
+	for _, l := range a[:pre] {
+		out = append(out, edit{' ', l})
+	}
+	out = append(out, myers(a[pre:len(a)-suf], b[pre:len(b)-suf])...)
+	for _, l := range a[len(a)-suf:] {
+		out = append(out, edit{' ', l})
+	}
+	return out
+}
+
+// maxEditDistance bounds the work (and memory, quadratic in it) of one line diff.
+const maxEditDistance = 4000
+
+func myers(a, b []string) []edit {
+	n, m := len(a), len(b)
+	maxD := n + m
+	if maxD == 0 {
+		return nil
+	}
+	off := maxD + 1
+	v := make([]int, 2*maxD+3)
+	var trace [][]int // trace[d] holds v[-d-1 .. d+1] before round d
+	for d := 0; d <= maxD; d++ {
+		if d > maxEditDistance {
+			// Too different to be worth a minimal script: replace wholesale.
+			out := make([]edit, 0, n+m)
+			for _, l := range a {
+				out = append(out, edit{'-', l})
+			}
+			for _, l := range b {
+				out = append(out, edit{'+', l})
+			}
+			return out
+		}
+		trace = append(trace, append([]int(nil), v[off-d-1:off+d+2]...))
+		for k := -d; k <= d; k += 2 {
+			var x int
+			if k == -d || k != d && v[off+k-1] < v[off+k+1] {
+				x = v[off+k+1]
+			} else {
+				x = v[off+k-1] + 1
+			}
+			y := x - k
+			for x < n && y < m && a[x] == b[y] {
+				x++
+				y++
+			}
+			v[off+k] = x
+			if x >= n && y >= m {
+				return backtrack(a, b, trace, d)
+			}
+		}
+	}
+	return nil
+}
+
+func backtrack(a, b []string, trace [][]int, d int) []edit {
+	var rev []edit
+	x, y := len(a), len(b)
+	for ; d > 0; d-- {
+		v, off := trace[d], d+1
+		k := x - y
+		var pk int
+		if k == -d || k != d && v[off+k-1] < v[off+k+1] {
+			pk = k + 1
+		} else {
+			pk = k - 1
+		}
+		px := v[off+pk]
+		py := px - pk
+		for x > px && y > py {
+			x--
+			y--
+			rev = append(rev, edit{' ', a[x]})
+		}
+		if x == px {
+			y--
+			rev = append(rev, edit{'+', b[y]})
+		} else {
+			x--
+			rev = append(rev, edit{'-', a[x]})
+		}
+	}
+	for x > 0 && y > 0 {
+		x--
+		y--
+		rev = append(rev, edit{' ', a[x]})
+	}
+	out := make([]edit, len(rev))
+	for i := range rev {
+		out[i] = rev[len(rev)-1-i]
+	}
+	return out
+}
+
+// writeHunks prints the edit script as unified-diff hunks.
+func writeHunks(w io.Writer, a, b []string, context int) {
+	es := diffLines(a, b)
+	for i := 0; i < len(es); {
+		// find the next change
+		for i < len(es) && es[i].kind == ' ' {
+			i++
+		}
+		if i == len(es) {
+			return
+		}
+		start := max(0, i-context)
+		end := i
+		for end < len(es) {
+			if es[end].kind != ' ' {
+				end++
+				continue
+			}
+			// a run of kept lines: does another change follow within 2*context?
+			run := end
+			for run < len(es) && es[run].kind == ' ' {
+				run++
+			}
+			if run == len(es) || run-end > 2*context {
+				end = min(end+context, len(es))
+				break
+			}
+			end = run
+		}
+		// line numbers of the hunk start
+		oldLine, newLine := 1, 1
+		for _, e := range es[:start] {
+			if e.kind != '+' {
+				oldLine++
+			}
+			if e.kind != '-' {
+				newLine++
+			}
+		}
+		oldN, newN := 0, 0
+		for _, e := range es[start:end] {
+			if e.kind != '+' {
+				oldN++
+			}
+			if e.kind != '-' {
+				newN++
+			}
+		}
+		if oldN == 0 {
+			oldLine--
+		}
+		if newN == 0 {
+			newLine--
+		}
+		fmt.Fprintf(w, "@@ -%s +%s @@\n", hunkRange(oldLine, oldN), hunkRange(newLine, newN))
+		for _, e := range es[start:end] {
+			fmt.Fprintf(w, "%c%s", e.kind, e.line)
+			if !strings.HasSuffix(e.line, "\n") {
+				fmt.Fprint(w, "\n\\ No newline at end of file\n")
+			}
+		}
+		i = end
+	}
+}
+
+func hunkRange(start, n int) string {
+	if n == 1 {
+		return fmt.Sprint(start)
+	}
+	return fmt.Sprintf("%d,%d", start, n)
+}
