@@ -143,7 +143,7 @@ func (t *wtx) apply(op Op) error {
 		return t.removeAll(op.Path)
 	}
 	// The rest change an existing inode.
-	in, err := t.v.resolve(op.Path)
+	in, err := t.resolve(op.Path)
 	if err != nil {
 		return err
 	}
@@ -189,13 +189,13 @@ func (t *wtx) parentOf(p string) (*inode, string, error) {
 		return nil, "", ErrInvalidArgument
 	}
 	dir, name := parentName(p)
-	parent, err := t.v.resolveDir(dir)
+	parent, err := t.resolveDir(dir)
 	return parent, name, err
 }
 
 // free checks that name is not taken in parent.
 func (t *wtx) free(parent *inode, name string) error {
-	_, _, err := t.v.lookup(parent.ino, name)
+	_, _, err := t.lookup(parent.ino, name)
 	if err == nil {
 		return ErrExists
 	}
@@ -242,7 +242,7 @@ func (t *wtx) create(op Op) error {
 	if err != nil {
 		return err
 	}
-	ino, _, err := t.v.lookup(parent.ino, name)
+	ino, _, err := t.lookup(parent.ino, name)
 	var in *inode
 	existing := false
 	switch {
@@ -253,7 +253,7 @@ func (t *wtx) create(op Op) error {
 	case err != nil:
 		return err
 	default:
-		if in, err = t.v.inode(ino); err != nil {
+		if in, err = t.inode(ino); err != nil {
 			return err
 		}
 		if in.isDir() {
@@ -303,7 +303,7 @@ func (t *wtx) symlink(p, target string) error {
 }
 
 func (t *wtx) link(from, p string) error {
-	src, err := t.v.resolve(from)
+	src, err := t.resolve(from)
 	if err != nil {
 		return err
 	}
@@ -326,11 +326,11 @@ func (t *wtx) remove(p string) error {
 	if err != nil {
 		return err
 	}
-	ino, _, err := t.v.lookup(parent.ino, name)
+	ino, _, err := t.lookup(parent.ino, name)
 	if err != nil {
 		return err
 	}
-	in, err := t.v.inode(ino)
+	in, err := t.inode(ino)
 	if err != nil {
 		return err
 	}
@@ -348,7 +348,7 @@ func (t *wtx) remove(p string) error {
 
 // removeAll deletes p and everything beneath it; the root keeps only itself.
 func (t *wtx) removeAll(p string) error {
-	in, err := t.v.resolve(p)
+	in, err := t.resolve(p)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	} else if err != nil {
@@ -368,7 +368,7 @@ func (t *wtx) removeAll(p string) error {
 	}
 	if in.isDir() {
 		// reload: emptying it rewrote nothing of its own row, but keep it exact
-		if in, err = t.v.inode(in.ino); err != nil {
+		if in, err = t.inode(in.ino); err != nil {
 			return err
 		}
 	}
@@ -381,7 +381,7 @@ func (t *wtx) emptyDir(dir *inode) error {
 		return err
 	}
 	for _, c := range children {
-		in, err := t.v.inode(c.ino)
+		in, err := t.inode(c.ino)
 		if err != nil {
 			return err
 		}
@@ -408,11 +408,11 @@ func (t *wtx) rename(op Op) error {
 	if err != nil {
 		return err
 	}
-	sino, _, err := t.v.lookup(sp.ino, sname)
+	sino, _, err := t.lookup(sp.ino, sname)
 	if err != nil {
 		return err
 	}
-	src, err := t.v.inode(sino)
+	src, err := t.inode(sino)
 	if err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (t *wtx) rename(op Op) error {
 	if src.isDir() && inSubtree(to, from) && to != from {
 		return ErrInvalidArgument // into itself
 	}
-	dino, _, err := t.v.lookup(dp.ino, dname)
+	dino, _, err := t.lookup(dp.ino, dname)
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
@@ -441,7 +441,7 @@ func (t *wtx) rename(op Op) error {
 		return nil // same file: rename(2) does nothing
 	}
 	if exists {
-		dst, err := t.v.inode(dino)
+		dst, err := t.inode(dino)
 		if err != nil {
 			return err
 		}
@@ -468,6 +468,7 @@ func (t *wtx) rename(op Op) error {
 	}
 	sub := 0
 	if src.isDir() {
+		t.movedDirs()
 		sub = 1
 		src.parent, src.name = dp.ino, dname
 	}
@@ -480,13 +481,14 @@ func (t *wtx) rename(op Op) error {
 }
 
 func (t *wtx) exchange(sp *inode, sname string, src *inode, dp *inode, dname string, dino uint64, from, to string) error {
-	dst, err := t.v.inode(dino)
+	dst, err := t.inode(dino)
 	if err != nil {
 		return err
 	}
 	if (src.isDir() && inSubtree(to, from)) || (dst.isDir() && inSubtree(from, to)) {
 		return ErrInvalidArgument
 	}
+	t.movedDirs()
 	if err := t.setEntry(sp.ino, sname, dst.ino, dst.kind()); err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (t *wtx) applyChangeset(ops []Op) error {
 			if err != nil {
 				return opError(op, err)
 			}
-			ino, _, err := t.v.lookup(parent.ino, name)
+			ino, _, err := t.lookup(parent.ino, name)
 			if errors.Is(err, ErrNotFound) && op.Kind == OpDeleteAll {
 				continue
 			} else if err != nil {
@@ -112,7 +112,7 @@ func removalPath(op Op) string {
 }
 
 func (t *wtx) removeResolved(r removal) error {
-	in, err := t.v.inode(r.ino)
+	in, err := t.inode(r.ino)
 	if err != nil {
 		return err
 	}
@@ -120,6 +120,7 @@ func (t *wtx) removeResolved(r removal) error {
 	case OpRename:
 		// Detach only; the inode is attached at its new name later.
 		if in.isDir() {
+			t.movedDirs()
 			t.touchDir(r.parent, -1)
 		} else {
 			t.touchDir(r.parent, 0)
@@ -157,7 +158,7 @@ func (t *wtx) attach(p string, ino uint64) error {
 	if err := t.free(parent, name); err != nil {
 		return err
 	}
-	in, err := t.v.inode(ino)
+	in, err := t.inode(ino)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,8 @@ type Uploader struct {
 type pendingChunk struct {
 	hash Hash
 	data []byte
+	c    *Content // where the chunk is named, to note its row id
+	i    int
 }
 
 // NewUploader returns an Uploader; call Flush before committing what Put returned.
@@ -45,7 +47,7 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 				data := bytes.Clone(u.buf[:n])
 				h := Hash(sha256.Sum256(data))
 				c.Chunks = append(c.Chunks, ChunkRef{Index: idx, Hash: h, Len: n})
-				u.pending = append(u.pending, pendingChunk{h, data})
+				u.pending = append(u.pending, pendingChunk{h, data, c, len(c.Chunks) - 1})
 				u.size += n
 				if u.size >= uploadBatch {
 					if err := u.Flush(ctx); err != nil {
@@ -88,8 +90,10 @@ func (u *Uploader) Flush(ctx context.Context) error {
 		return err
 	}
 	exp := time.Now().Add(s.LeaseTime)
-	for _, id := range ids {
+	for i, id := range ids {
 		s.leases[id] = exp
+		p := u.pending[i]
+		p.c.Chunks[p.i].id = id
 	}
 	u.pending, u.size = u.pending[:0], 0
 	return nil

@@ -34,8 +34,15 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 		return im, nil
 	}
 	var err error
-	im.head, err = s.Snapshot(ctx, ws, Head)
-	return im, err
+	if im.head, err = s.Snapshot(ctx, ws, Head); err != nil {
+		return nil, err
+	}
+	if es, err := im.head.ReadDir(ctx, ""); err != nil {
+		return nil, err
+	} else if len(es) == 0 {
+		im.head = nil // nothing to collide with
+	}
+	return im, nil
 }
 
 // existing reports what the tree being added to has at p.

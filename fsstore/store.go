@@ -95,7 +95,10 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	dsn := func(extra string) string {
 		return "file:" + dbPath + "?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)" +
-			"&_pragma=auto_vacuum(2)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)" + extra
+			"&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)" + extra
+	}
+	if err := initFile(ctx, dbPath); err != nil {
+		return err
 	}
 	var err error
 	if s.wdb, err = sql.Open("sqlite", dsn("")); err != nil {
@@ -133,6 +136,24 @@ func (s *Store) Open(ctx context.Context) error {
 	if s.rq, err = prepareQueries(ctx, s.rdb); err != nil {
 		s.closeDBs()
 		return err
+	}
+	return nil
+}
+
+// initFile fixes the settings that only a new database file can take: 16 KiB
+// pages (chunks are blobs of up to the chunk size, and bigger pages mean
+// fewer writes per chunk) and incremental vacuum (so GC can give space back).
+// On an existing file it changes nothing.
+func initFile(ctx context.Context, dbPath string) error {
+	db, err := sql.Open("sqlite", "file:"+dbPath+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	defer db.Close()
+	for _, p := range []string{"PRAGMA page_size = 16384", "PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL"} {
+		if _, err := db.ExecContext(ctx, p); err != nil {
+			return fmt.Errorf("open %s: %s: %w", dbPath, p, err)
+		}
 	}
 	return nil
 }

@@ -23,7 +23,86 @@ type wtx struct {
 	dirMtime  map[uint64]bool // directories whose mtime must become now
 	changes   int
 	committed []int64 // chunk ids the new rows reference, whose leases can end
+
+	// Caches valid for this transaction only: they spare the queries that
+	// big batches (imports) would otherwise repeat for every entry.
+	inodes   map[uint64]*inode              // current version of inodes seen or written
+	dirs     map[string]uint64              // clean path -> directory inode
+	fresh    map[uint64]map[string]dirEntry // every entry of directories created here
+	freshIno map[uint64]bool                // inodes created here
+	freshExt map[extentKey]bool             // extent rows written for fresh inodes
 }
+
+type extentKey struct {
+	ino uint64
+	idx int64
+}
+
+// inode returns the current version of ino.
+func (t *wtx) inode(ino uint64) (*inode, error) {
+	if in, ok := t.inodes[ino]; ok {
+		return in, nil
+	}
+	in, err := t.v.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	t.inodes[ino] = in
+	return in, nil
+}
+
+// lookup finds name in directory parent.
+func (t *wtx) lookup(parent uint64, name string) (uint64, int, error) {
+	if m, ok := t.fresh[parent]; ok {
+		if e, ok := m[name]; ok {
+			return e.ino, e.kind, nil
+		}
+		return 0, 0, ErrNotFound
+	}
+	return t.v.lookup(parent, name)
+}
+
+// resolve walks a clean path without following symlinks.
+func (t *wtx) resolve(p string) (*inode, error) {
+	if p == "" {
+		return t.inode(t.v.root)
+	}
+	if ino, ok := t.dirs[p]; ok {
+		return t.inode(ino)
+	}
+	dir, name := parentName(p)
+	parent, err := t.resolveDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	ino, _, err := t.lookup(parent.ino, name)
+	if err != nil {
+		return nil, err
+	}
+	in, err := t.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if in.isDir() {
+		t.dirs[p] = ino
+	}
+	return in, nil
+}
+
+// resolveDir resolves a clean path that must name a directory.
+func (t *wtx) resolveDir(p string) (*inode, error) {
+	in, err := t.resolve(p)
+	if err != nil {
+		return nil, err
+	}
+	if !in.isDir() {
+		return nil, ErrNotDir
+	}
+	return in, nil
+}
+
+// movedDirs forgets cached directory paths after a directory moved or went.
+func (t *wtx) movedDirs() { clear(t.dirs) }
 
 // begin starts a revision of ws; the caller is inside s.write.
 func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
@@ -40,7 +119,9 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 		return nil, ErrWorkspaceNotFound
 	}
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
-		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{}}
+		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
+		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
+		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}}
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
@@ -82,7 +163,7 @@ func (t *wtx) touchDir(ino uint64, subdirs int) {
 
 func (t *wtx) flushDirs() error {
 	for ino := range t.dirMtime {
-		in, err := t.v.inode(ino)
+		in, err := t.inode(ino)
 		if errors.Is(err, ErrNotFound) {
 			continue // removed later in the same revision
 		} else if err != nil {
@@ -100,7 +181,7 @@ func (t *wtx) flushDirs() error {
 		if d == 0 || t.dirMtime[ino] {
 			continue
 		}
-		in, err := t.v.inode(ino)
+		in, err := t.inode(ino)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		} else if err != nil {
@@ -128,6 +209,7 @@ func (t *wtx) newIno() (uint64, error) {
 // putInode writes in as the current version of its inode in this revision.
 func (t *wtx) putInode(in *inode) error {
 	in.ctime = t.now
+	t.inodes[in.ino] = in
 	var target, name any
 	if in.isSymlink() {
 		target = []byte(in.target)
@@ -153,6 +235,8 @@ func (t *wtx) putInode(in *inode) error {
 // dropInode ends an inode whose last link is gone, with its extents.
 func (t *wtx) dropInode(in *inode) error {
 	ws := t.ws.id
+	delete(t.inodes, in.ino)
+	delete(t.fresh, in.ino)
 	if in.ws != ws {
 		return nil // only reachable through entries, which are gone
 	}
@@ -199,6 +283,24 @@ func (t *wtx) dropInode(in *inode) error {
 // setEntry makes name in parent point to ino (0 removes it, as a tombstone).
 func (t *wtx) setEntry(parent uint64, name string, ino uint64, kind int) error {
 	ws := t.ws.id
+	if m, ok := t.fresh[parent]; ok {
+		// A directory made in this revision: its rows are all born here.
+		_, had := m[name]
+		if ino == 0 {
+			delete(m, name)
+		} else {
+			m[name] = dirEntry{name: name, ino: ino, kind: kind}
+		}
+		if had {
+			_, err := t.q.setDentry.ExecContext(t.ctx, ino, kind, ws, parent, name, t.rev)
+			return wrapDB("set entry", err)
+		}
+		if ino == 0 {
+			return nil
+		}
+		_, err := t.q.insDentry.ExecContext(t.ctx, ws, parent, name, t.rev, forever, ino, kind)
+		return wrapDB("set entry", err)
+	}
 	var cur uint64
 	var curKind int
 	var birth, death int64
@@ -228,6 +330,16 @@ func (t *wtx) setExtent(ino uint64, idx int64, chunk int64) error {
 	if chunk != 0 {
 		val = chunk
 		t.committed = append(t.committed, chunk)
+	}
+	if t.freshIno[ino] {
+		k := extentKey{ino, idx}
+		if t.freshExt[k] {
+			_, err := t.q.setExtent.ExecContext(t.ctx, val, ws, ino, idx, t.rev)
+			return wrapDB("set extent", err)
+		}
+		t.freshExt[k] = true
+		_, err := t.q.insExtent.ExecContext(t.ctx, ws, ino, idx, t.rev, forever, val)
+		return wrapDB("set extent", err)
 	}
 	err := t.q.extentRow.QueryRowContext(t.ctx, ws, ino, idx, t.rev).Scan(&cur, &birth, &death)
 	switch {
@@ -398,6 +510,7 @@ func (t *wtx) unlink(parent uint64, name string, in *inode) error {
 	}
 	if in.isDir() {
 		t.touchDir(parent, -1)
+		t.movedDirs()
 		return t.dropInode(in)
 	}
 	t.touchDir(parent, 0)
@@ -417,7 +530,9 @@ func (t *wtx) newInode(typ uint32, perm uint32) (*inode, error) {
 	in := &inode{ino: ino, mode: typ | perm, nlink: 1, mtime: t.now, ctime: t.now}
 	if typ == syscall.S_IFDIR {
 		in.nlink = 2
+		t.fresh[ino] = map[string]dirEntry{}
 	}
+	t.freshIno[ino] = true
 	return in, nil
 }
 
