@@ -132,7 +132,7 @@ func (t *wtx) apply(op Op) error {
 	case OpCreate:
 		return t.create(op)
 	case OpSymlink:
-		return t.symlink(op.Path, op.Target)
+		return t.symlink(op.Path, op.Target, op.Mtime)
 	case OpLink:
 		return t.link(op.From, op.Path)
 	case OpRename:
@@ -280,13 +280,16 @@ func (t *wtx) create(op Op) error {
 		}
 		in.size = op.Content.Size
 	}
+	if op.Mtime != 0 {
+		in.mtime = op.Mtime
+	}
 	if existing {
 		return t.putInode(in)
 	}
 	return t.add(parent, name, in)
 }
 
-func (t *wtx) symlink(p, target string) error {
+func (t *wtx) symlink(p, target string, mtime int64) error {
 	parent, name, err := t.parentOf(p)
 	if err != nil {
 		return err
@@ -299,6 +302,9 @@ func (t *wtx) symlink(p, target string) error {
 		return err
 	}
 	in.target, in.size = target, int64(len(target))
+	if mtime != 0 {
+		in.mtime = mtime
+	}
 	return t.add(parent, name, in)
 }
 

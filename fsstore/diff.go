@@ -291,7 +291,7 @@ func (d *differ) created(in *inode, pb []string) error {
 	case in.isDir():
 		d.adds = append(d.adds, Op{Kind: OpMkdir, Path: p, Mode: fileMode(in.mode)})
 	case in.isSymlink():
-		d.adds = append(d.adds, Op{Kind: OpSymlink, Path: p, Target: in.target})
+		d.adds = append(d.adds, Op{Kind: OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
 	default:
 		es, err := d.vb.extents(in.ino, 0, (in.size+d.cs-1)/d.cs)
 		if err != nil {
@@ -301,7 +301,7 @@ func (d *differ) created(in *inode, pb []string) error {
 		if err != nil {
 			return err
 		}
-		d.adds = append(d.adds, Op{Kind: OpCreate, Path: p, Mode: fileMode(in.mode), Content: &Content{Size: in.size, Chunks: refs}})
+		d.adds = append(d.adds, Op{Kind: OpCreate, Path: p, Mode: fileMode(in.mode), Content: &Content{Size: in.size, Chunks: refs}, Mtime: in.mtime})
 	}
 	for _, q := range pb[1:] {
 		d.links = append(d.links, Op{Kind: OpLink, From: p, Path: q})
@@ -309,7 +309,10 @@ func (d *differ) created(in *inode, pb []string) error {
 	if in.uid != 0 || in.gid != 0 {
 		d.edits = append(d.edits, Op{Kind: OpChown, Path: p, UID: in.uid, GID: in.gid})
 	}
-	d.edits = append(d.edits, Op{Kind: OpUtimes, Path: p, Mtime: in.mtime})
+	if in.isDir() {
+		// Entries added beneath it would move a time set earlier.
+		d.edits = append(d.edits, Op{Kind: OpUtimes, Path: p, Mtime: in.mtime})
+	}
 	return nil
 }
 

@@ -88,8 +88,7 @@ func (im *Import) File(ctx context.Context, p string, mode fs.FileMode, mtime ti
 		return fmt.Errorf("import %q: %w", p, err)
 	}
 	im.clear(ctx, p, func(st Stat) bool { return st.Mode.IsRegular() })
-	im.ops = append(im.ops, Op{Kind: OpCreate, Path: p, Mode: mode, Content: c},
-		Op{Kind: OpUtimes, Path: p, Mtime: mtime.UnixNano()})
+	im.ops = append(im.ops, Op{Kind: OpCreate, Path: p, Mode: mode, Content: c, Mtime: mtime.UnixNano()})
 	im.tick(c.Size)
 	return nil
 }
@@ -97,8 +96,7 @@ func (im *Import) File(ctx context.Context, p string, mode fs.FileMode, mtime ti
 // Symlink adds a symbolic link.
 func (im *Import) Symlink(ctx context.Context, p, target string, mtime time.Time) {
 	im.clear(ctx, p, func(Stat) bool { return false })
-	im.ops = append(im.ops, Op{Kind: OpSymlink, Path: p, Target: target},
-		Op{Kind: OpUtimes, Path: p, Mtime: mtime.UnixNano()})
+	im.ops = append(im.ops, Op{Kind: OpSymlink, Path: p, Target: target, Mtime: mtime.UnixNano()})
 	im.tick(0)
 }
 

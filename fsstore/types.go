@@ -145,7 +145,7 @@ type Op struct {
 	Mode   fs.FileMode `json:"mode,omitempty"`
 	UID    uint32      `json:"uid,omitempty"`
 	GID    uint32      `json:"gid,omitempty"`
-	Mtime  int64       `json:"mtime,omitempty"` // Unix nanoseconds
+	Mtime  int64       `json:"mtime,omitempty"` // Unix nanoseconds: utimes; for create and symlink, if set, the new mtime
 	Offset int64       `json:"offset,omitempty"`
 	Size   int64       `json:"size,omitempty"`
 	// Data is inline bytes for create and write.

@@ -44,7 +44,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (Works
 		}
 		now := s.Now().UnixNano()
 		var ino uint64
-		if err := s.wq.nextIno.QueryRowContext(ctx).Scan(&ino); err != nil {
+		if err := s.wq.nextIno.QueryRowContext(ctx, 1).Scan(&ino); err != nil {
 			return wrapDB("allocate inode", err)
 		}
 		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, head, created_ns) VALUES (?, ?, ?, 1, ?)`, tenant, name, ino, now)

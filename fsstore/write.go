@@ -31,6 +31,9 @@ type wtx struct {
 	fresh    map[uint64]map[string]dirEntry // every entry of directories created here
 	freshIno map[uint64]bool                // inodes created here
 	freshExt map[extentKey]bool             // extent rows written for fresh inodes
+	unsaved  map[uint64]bool                // fresh inodes whose row is written at finish
+
+	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
 }
 
 type extentKey struct {
@@ -121,7 +124,7 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
 		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
 		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
-		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}}
+		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{}}
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
@@ -132,6 +135,11 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 func (t *wtx) finish(info CommitInfo) error {
 	if err := t.flushDirs(); err != nil {
 		return err
+	}
+	for ino := range t.unsaved {
+		if err := t.insertInode(t.inodes[ino]); err != nil {
+			return err
+		}
 	}
 	if info.Tenant == "" {
 		info.Tenant = t.ws.tenant
@@ -199,26 +207,32 @@ func (t *wtx) flushDirs() error {
 
 // newIno allocates an inode number.
 func (t *wtx) newIno() (uint64, error) {
-	var ino uint64
-	if err := t.q.nextIno.QueryRowContext(t.ctx).Scan(&ino); err != nil {
-		return 0, fmt.Errorf("allocate inode: %w", err)
+	if t.inoNext == t.inoEnd {
+		// Reserve a block; numbers left unused when the transaction ends are skipped.
+		const block = 256
+		var end uint64
+		if err := t.q.nextIno.QueryRowContext(t.ctx, block).Scan(&end); err != nil {
+			return 0, fmt.Errorf("allocate inode: %w", err)
+		}
+		t.inoNext, t.inoEnd = end-block+1, end+1
 	}
-	return ino, nil
+	t.inoNext++
+	return t.inoNext - 1, nil
 }
 
 // putInode writes in as the current version of its inode in this revision.
+// Rows of inodes made in this revision are written once, at finish.
 func (t *wtx) putInode(in *inode) error {
 	in.ctime = t.now
 	t.inodes[in.ino] = in
-	var target, name any
-	if in.isSymlink() {
-		target = []byte(in.target)
-	}
-	if in.isDir() {
-		name = []byte(in.name)
-	}
 	ws := t.ws.id
+	if t.freshIno[in.ino] {
+		in.ws, in.birth, in.death = ws, t.rev, forever
+		t.unsaved[in.ino] = true
+		return nil
+	}
 	if in.ws == ws && in.birth == t.rev {
+		target, name := in.columns()
 		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, ws, in.ino, in.birth)
 		return wrapDB("update inode", err)
 	}
@@ -228,8 +242,24 @@ func (t *wtx) putInode(in *inode) error {
 		}
 	}
 	in.ws, in.birth, in.death = ws, t.rev, forever
-	_, err := t.q.insInode.ExecContext(t.ctx, ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+	return t.insertInode(in)
+}
+
+func (t *wtx) insertInode(in *inode) error {
+	target, name := in.columns()
+	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
 	return wrapDB("insert inode", err)
+}
+
+// columns returns the nullable columns of an inode row.
+func (in *inode) columns() (target, name any) {
+	if in.isSymlink() {
+		target = []byte(in.target)
+	}
+	if in.isDir() {
+		name = []byte(in.name)
+	}
+	return target, name
 }
 
 // dropInode ends an inode whose last link is gone, with its extents.
@@ -237,6 +267,10 @@ func (t *wtx) dropInode(in *inode) error {
 	ws := t.ws.id
 	delete(t.inodes, in.ino)
 	delete(t.fresh, in.ino)
+	if t.unsaved[in.ino] {
+		delete(t.unsaved, in.ino)
+		return t.dropExtents(in)
+	}
 	if in.ws != ws {
 		return nil // only reachable through entries, which are gone
 	}
@@ -249,6 +283,12 @@ func (t *wtx) dropInode(in *inode) error {
 	if err != nil {
 		return wrapDB("drop inode", err)
 	}
+	return t.dropExtents(in)
+}
+
+// dropExtents ends the extents a dropped inode has in this layer.
+func (t *wtx) dropExtents(in *inode) error {
+	ws := t.ws.id
 	if !in.isReg() {
 		return nil
 	}
@@ -368,15 +408,14 @@ func (t *wtx) putChunk(data []byte) (int64, error) {
 
 func putChunk(ctx context.Context, q *queries, h Hash, data []byte) (int64, error) {
 	var id, size int64
-	err := q.chunkByHash.QueryRowContext(ctx, h[:]).Scan(&id, &size)
-	if err == nil {
-		return id, nil
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return 0, wrapDB("find chunk", err)
-	}
 	res, err := q.insChunk.ExecContext(ctx, h[:], len(data), data)
 	if err != nil {
 		return 0, wrapDB("store chunk", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		// Already there.
+		err = q.chunkByHash.QueryRowContext(ctx, h[:]).Scan(&id, &size)
+		return id, wrapDB("find chunk", err)
 	}
 	return res.LastInsertId()
 }
