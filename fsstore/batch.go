@@ -76,6 +76,10 @@ func opError(op Op, err error) error {
 	return pathErr(string(op.Kind), op.Path, err)
 }
 
+// MaxFileSize is the largest size a file can have. Writes and truncates past
+// it fail with ErrInvalidArgument (sizes near 1<<63 would overflow offsets).
+const MaxFileSize int64 = 1 << 62
+
 // cleanOps validates every op's paths and kind before anything is written.
 func cleanOps(in []Op) ([]Op, error) {
 	out := make([]Op, len(in))
@@ -97,7 +101,9 @@ func cleanOps(in []Op) ([]Op, error) {
 		default:
 			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, ErrInvalidArgument))
 		}
-		if (op.Kind == OpWrite && op.Offset < 0) || (op.Kind == OpTruncate && op.Size < 0) {
+		if (op.Kind == OpWrite && (op.Offset < 0 || op.Offset > MaxFileSize-int64(len(op.Data)))) ||
+			(op.Kind == OpTruncate && (op.Size < 0 || op.Size > MaxFileSize)) ||
+			(op.Content != nil && (op.Content.Size < 0 || op.Content.Size > MaxFileSize)) {
 			return nil, pathErr(string(op.Kind), op.Path, ErrInvalidArgument)
 		}
 		if op.Data != nil && op.Content != nil {
@@ -207,8 +213,10 @@ func (t *wtx) free(parent *inode, name string) error {
 
 // add links a new inode into parent under name.
 func (t *wtx) add(parent *inode, name string, in *inode) error {
-	if in.isDir() {
+	if in.isDir() || in.parent == 0 {
 		in.parent, in.name = parent.ino, name
+	}
+	if in.isDir() {
 		t.touchDir(parent.ino, 1)
 	} else {
 		t.touchDir(parent.ino, 0)
@@ -476,8 +484,8 @@ func (t *wtx) rename(op Op) error {
 	if src.isDir() {
 		t.movedDirs()
 		sub = 1
-		src.parent, src.name = dp.ino, dname
 	}
+	src.moveLink(sp.ino, sname, dp.ino, dname)
 	t.touchDir(sp.ino, -sub)
 	t.touchDir(dp.ino, sub)
 	if err := t.putInode(src); err != nil { // ctime, and a directory's parent link
@@ -487,6 +495,9 @@ func (t *wtx) rename(op Op) error {
 }
 
 func (t *wtx) exchange(sp *inode, sname string, src *inode, dp *inode, dname string, dino uint64, from, to string) error {
+	if from == to {
+		return nil // one entry swapped with itself: renameat2(2) does nothing
+	}
 	dst, err := t.inode(dino)
 	if err != nil {
 		return err
@@ -503,13 +514,13 @@ func (t *wtx) exchange(sp *inode, sname string, src *inode, dp *inode, dname str
 	}
 	delta := 0
 	if src.isDir() {
-		src.parent, src.name = dp.ino, dname
 		delta--
 	}
 	if dst.isDir() {
-		dst.parent, dst.name = sp.ino, sname
 		delta++
 	}
+	src.moveLink(sp.ino, sname, dp.ino, dname)
+	dst.moveLink(dp.ino, dname, sp.ino, sname)
 	t.touchDir(sp.ino, delta)
 	t.touchDir(dp.ino, -delta)
 	if err := t.putInode(src); err != nil {

@@ -124,6 +124,7 @@ func (t *wtx) removeResolved(r removal) error {
 			t.touchDir(r.parent, -1)
 		} else {
 			t.touchDir(r.parent, 0)
+			in.forgetLink(r.parent, r.name) // attach records the new name
 		}
 		return t.setEntry(r.parent, r.name, 0, 0)
 	case OpDeleteAll:
@@ -209,36 +210,78 @@ func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root stri
 	if root == "" {
 		return ops, nil
 	}
+	// If an ancestor of root is replaced or moved, the ops' paths say
+	// nothing about what root holds; if an entry moves in from outside, it
+	// must be copied, with what the diff does beneath it and the hard links
+	// it has there. Either way, replace the subtree wholesale.
+	for _, op := range ops {
+		var paths []string
+		switch op.Kind {
+		case OpRename:
+			paths = []string{op.From, op.Path}
+		case OpDelete, OpDeleteAll, OpMkdir, OpCreate, OpSymlink:
+			paths = []string{op.Path}
+		}
+		for _, p := range paths {
+			if p != root && inSubtree(root, p) {
+				return s.replaceOps(ctx, ws, rev, root)
+			}
+		}
+		if (op.Kind == OpRename || op.Kind == OpLink) && inSubtree(op.Path, root) && !inSubtree(op.From, root) {
+			return s.replaceOps(ctx, ws, rev, root)
+		}
+	}
 	var out []Op
-	copied := map[string]bool{}
 	for _, op := range ops {
 		in := inSubtree(op.Path, root)
-		switch op.Kind {
-		case OpRename, OpLink:
-			fromIn := inSubtree(op.From, root)
-			switch {
-			case in && (fromIn || op.Kind == OpLink && copied[op.From]):
-				out = append(out, op)
-			case in:
-				cp, err := s.copyOps(ctx, ws, rev, op.Path)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, cp...)
-				copied[op.Path] = true
-			case fromIn && op.Kind == OpRename:
-				out = append(out, Op{Kind: OpDelete, Path: op.From})
-			}
-		default:
-			if in {
-				out = append(out, op)
-			}
+		switch {
+		case op.Kind == OpRename && !in && inSubtree(op.From, root):
+			// What moves out goes with everything beneath it.
+			out = append(out, Op{Kind: OpDeleteAll, Path: op.From})
+		case in:
+			out = append(out, op)
 		}
 	}
 	return out, nil
 }
 
-// copyOps recreates the entry at p (and what lies beneath it) as it was at rev.
+// replaceOps replaces the subtree at root with a copy of it as it was at rev.
+func (s *Store) replaceOps(ctx context.Context, ws, rev int64, root string) ([]Op, error) {
+	exists := func(rev int64) (bool, error) {
+		sn, err := s.Snapshot(ctx, ws, rev)
+		if err != nil {
+			return false, err
+		}
+		_, err = sn.Stat(ctx, root)
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotDir) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	then, err := exists(rev)
+	if err != nil {
+		return nil, err
+	}
+	now, err := exists(Head)
+	if err != nil {
+		return nil, err
+	}
+	var out []Op
+	if now {
+		out = append(out, Op{Kind: OpDeleteAll, Path: root})
+	}
+	if then {
+		cp, err := s.copyOps(ctx, ws, rev, root)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp...)
+	}
+	return out, nil
+}
+
+// copyOps recreates the entry at p (and what lies beneath it) as it was at
+// rev; hard links within it stay hard links.
 func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, error) {
 	sn, err := s.Snapshot(ctx, ws, rev)
 	if err != nil {
@@ -248,8 +291,14 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, err
 	if err != nil {
 		return nil, err
 	}
-	var ops, times []Op
+	var ops, links, times []Op
+	seen := map[uint64]string{} // inode -> the path it was copied to
 	err = sn.Walk(ctx, p, func(q string, st Stat) error {
+		if first, ok := seen[st.Ino]; ok && !st.IsDir() {
+			links = append(links, Op{Kind: OpLink, From: first, Path: q})
+			return nil
+		}
+		seen[st.Ino] = q
 		in, err := v.inode(st.Ino)
 		if err != nil {
 			return err
@@ -262,5 +311,5 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, err
 		times = append(times, d.edits...)
 		return nil
 	})
-	return append(ops, times...), err
+	return append(append(ops, links...), times...), err
 }

@@ -29,7 +29,7 @@ func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*Changeset,
 		return nil, err
 	}
 	d, err := diffViews(ctx, s.rq, ws, va, vb)
-	if err != nil {
+	if err = b.settle(ctx, a.settle(ctx, err)); err != nil {
 		return nil, err
 	}
 	return &Changeset{From: a.Rev, To: b.Rev, Ops: d.ops}, nil
@@ -48,6 +48,9 @@ type differ struct {
 	// changed lists the paths that changed in content or structure (not
 	// directory attributes, which every entry change also touches).
 	changed []string
+	// entryDirs holds the directories whose entries differ: applying the
+	// diff moves their mtimes, so their times are always restated.
+	entryDirs map[uint64]bool
 }
 
 // diffViews compares two views of workspace ws whose revisions differ only
@@ -55,7 +58,7 @@ type differ struct {
 func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view) (*differ, error) {
 	ra, rb := va.layers[0].rev, vb.layers[0].rev
 	lo, hi := min(ra, rb), max(ra, rb)
-	d := &differ{va: va, vb: vb, cs: va.cs}
+	d := &differ{va: va, vb: vb, cs: va.cs, entryDirs: map[uint64]bool{}}
 	removed := map[uint64][]dirEntryKey{}
 	added := map[uint64][]dirEntryKey{}
 	inos := map[uint64]bool{}
@@ -90,6 +93,8 @@ func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view) (*differ
 		if a == b {
 			continue
 		}
+		d.entryDirs[k.parent] = true
+		inos[k.parent] = true
 		if a != 0 {
 			removed[a] = append(removed[a], k)
 			inos[a] = true
@@ -245,12 +250,25 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 	if err != nil {
 		return err
 	}
+	n0 := len(d.changed)
 	if ib.isReg() {
 		if err := d.content(ia, ib, name, idxs); err != nil {
 			return err
 		}
 	}
 	d.attrs(ia, ib, name)
+	if len(d.changed) > n0 && !ib.isDir() && ib.nlink > 1 {
+		// The file changed under every one of its names, for conflicts.
+		all, err := d.vb.pathsOf(ib.ino)
+		if err != nil {
+			return err
+		}
+		for _, p := range all {
+			if p != name {
+				d.changed = append(d.changed, p)
+			}
+		}
+	}
 	return nil
 }
 
@@ -261,6 +279,10 @@ func (d *differ) someName(in *inode, added []string) (string, error) {
 	}
 	if in.isDir() {
 		return d.vb.dirPath(in.ino)
+	}
+	if in.parent != 0 {
+		dp, err := d.vb.dirPath(in.parent)
+		return joinPath(dp, in.name), err
 	}
 	all, err := d.vb.pathsOf(in.ino)
 	if err != nil {
@@ -395,7 +417,7 @@ func (d *differ) attrs(ia, ib *inode, p string) {
 		d.edits = append(d.edits, Op{Kind: OpChown, Path: p, UID: ib.uid, GID: ib.gid})
 		changed = true
 	}
-	if ia.mtime != ib.mtime {
+	if ia.mtime != ib.mtime || ib.isDir() && d.entryDirs[ib.ino] {
 		d.edits = append(d.edits, Op{Kind: OpUtimes, Path: p, Mtime: ib.mtime})
 		changed = changed || !ib.isDir()
 	}

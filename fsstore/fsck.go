@@ -131,6 +131,11 @@ func (s *Store) checkTree(ctx context.Context, w Workspace, rev int64, rep *Chec
 			}
 			links[in.ino]++
 			inodes[in.ino] = in
+			if !in.isDir() && in.parent != 0 {
+				if got, _, err := v.lookup(in.parent, in.name); err != nil || got != in.ino {
+					problem("%s@%d %q: inode %d records name %q in %d, which is not one of its entries", w.Name, rev, cp, in.ino, in.name, in.parent)
+				}
+			}
 			switch {
 			case in.isDir():
 				subdirs++

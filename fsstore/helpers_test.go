@@ -19,4 +19,3 @@ func MustOpen(tb testing.TB) *fsstore.Store {
 	tb.Cleanup(func() { s.Close() })
 	return s
 }
-

@@ -15,13 +15,14 @@ type queries struct {
 	extentsRange, extentsData, chunkData, chunkInfo *sql.Stmt
 	chunkByHash                                     *sql.Stmt
 
-	insDentry, killDentry, setDentry             *sql.Stmt
-	insInode, killInode, updInode, delInode      *sql.Stmt
-	insExtent, killExtent, setExtent, delExtent  *sql.Stmt
-	extentRow                                    *sql.Stmt
-	insChunk, nextIno, insRevision, setHead      *sql.Stmt
+	insDentry, killDentry, setDentry               *sql.Stmt
+	insInode, killInode, updInode, delInode        *sql.Stmt
+	insExtent, killExtent, setExtent, delExtent    *sql.Stmt
+	extentRow                                      *sql.Stmt
+	insChunk, nextIno, insRevision, setHead        *sql.Stmt
 	changedDentries, changedInodes, changedExtents *sql.Stmt
 	dentriesOfIno                                  *sql.Stmt
+	listStats, listData                            *sql.Stmt
 
 	all []*sql.Stmt
 }
@@ -64,6 +65,8 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.changedDentries, `SELECT DISTINCT parent, name FROM dentries WHERE ws = ? AND birth > ? AND birth <= ?`},
 		{&q.changedInodes, `SELECT DISTINCT ino FROM inodes WHERE ws = ? AND birth > ? AND birth <= ?`},
 		{&q.dentriesOfIno, `SELECT parent, name FROM dentries WHERE ws = ?1 AND ino = ?2 AND birth <= ?3 AND death > ?3`},
+		{&q.listStats, listStatsSQL},
+		{&q.listData, listDataSQL},
 		{&q.changedExtents, `SELECT DISTINCT ino, idx FROM extents WHERE ws = ? AND birth > ? AND birth <= ? ORDER BY ino, idx`},
 	} {
 		var err error

@@ -181,7 +181,7 @@ func (v *view) inode(ino uint64) (*inode, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("inode %d: %w", ino, err)
 		}
-		if in.death <= l.rev {
+		if in.death <= l.rev || in.nlink == 0 { // nlink 0: dropped in a fork (see dropInode)
 			return nil, ErrNotFound
 		}
 		in.target, in.name = string(target), string(name)
@@ -383,10 +383,7 @@ func (v *view) readAt(in *inode, p []byte, off int64) (int, error) {
 			place(e.idx, data)
 		}
 	}
-	if len(p) == 0 {
-		return 0, io.EOF
-	}
-	return len(p), nil
+	return len(p), nil // 0 only when asked for nothing before the end: not EOF
 }
 
 // dirPath rebuilds the path of directory ino from parent links.

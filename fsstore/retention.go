@@ -27,7 +27,7 @@ type PruneStats struct {
 // the rows only they could read. Chunks are left to GC.
 func (s *Store) Prune(ctx context.Context, ws int64, p Policy) (PruneStats, error) {
 	var st PruneStats
-	err := s.write(ctx, func() error {
+	err := s.collect(ctx, func() error {
 		w, err := s.liveWorkspace(ctx, s.wconn, ws)
 		if err != nil {
 			return err
@@ -54,6 +54,20 @@ func (s *Store) Prune(ctx context.Context, ws int64, p Policy) (PruneStats, erro
 		return err
 	})
 	return st, err
+}
+
+// collect runs fn, a write transaction that may delete tree rows, with
+// Store.pruned odd while it runs and moved on once it is over, so that
+// snapshots can tell when rows may have gone under them (Snapshot.settle).
+func (s *Store) collect(ctx context.Context, fn func() error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.pruned.Add(1)
+	defer s.pruned.Add(1)
+	return s.inTx(ctx, fn)
 }
 
 // keptPoints lists the revisions of layer ws that something can still read:

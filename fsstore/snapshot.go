@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"sync/atomic"
 )
 
 // Snapshot reads one workspace at one revision. Revisions are immutable, so
@@ -17,10 +18,12 @@ type Snapshot struct {
 	Rev int64
 	// Workspace is the workspace as it was when the snapshot was taken.
 	Workspace Workspace
+	gen       atomic.Int64 // a Store.pruned value (even: no prune running) at which the revision existed
 }
 
 // Snapshot opens workspace ws at revision rev (Head for the newest).
 func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, error) {
+	gen := s.pruned.Load()
 	w, err := s.WorkspaceByID(ctx, ws)
 	if err != nil {
 		return nil, err
@@ -34,7 +37,40 @@ func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{s: s, ws: info, Rev: rev, Workspace: w}, nil
+	sn := &Snapshot{s: s, ws: info, Rev: rev, Workspace: w}
+	if gen%2 != 0 {
+		gen = -1 // a prune was running: settle must look
+	}
+	sn.gen.Store(gen)
+	return sn, nil
+}
+
+// settle returns err, unless the snapshot's revision has been pruned (or its
+// workspace deleted) since the snapshot was taken: what was just read may
+// then lack rows, and settle returns ErrUnknownRevision (ErrWorkspaceNotFound)
+// instead. It costs a query only after a prune.
+func (sn *Snapshot) settle(ctx context.Context, err error) error {
+	g := sn.s.pruned.Load()
+	if g == sn.gen.Load() {
+		return err
+	}
+	var live, kept int
+	if qerr := sn.s.rdb.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workspaces WHERE id = ?1 AND deleted_ns IS NULL),
+		(SELECT count(*) FROM revisions WHERE ws = ?1 AND rev = ?2)`, sn.ws.id, sn.Rev).Scan(&live, &kept); qerr != nil {
+		return wrapDB("check revision", qerr)
+	}
+	switch {
+	case live == 0:
+		return fmt.Errorf("workspace %s: %w", sn.ws.name, ErrWorkspaceNotFound)
+	case kept == 0:
+		return fmt.Errorf("revision %d of %s: %w", sn.Rev, sn.ws.name, ErrUnknownRevision)
+	}
+	if g%2 == 0 {
+		// No prune was running when g was read, so every prune up to g had
+		// committed before the query above: the revision survived them.
+		sn.gen.Store(g)
+	}
+	return err
 }
 
 func (sn *Snapshot) view(ctx context.Context) (*view, error) {
@@ -61,10 +97,10 @@ func (sn *Snapshot) resolve(ctx context.Context, op, p string) (*view, *inode, s
 func (sn *Snapshot) Stat(ctx context.Context, p string) (Stat, error) {
 	_, in, clean, err := sn.resolve(ctx, "stat", p)
 	if err != nil {
-		return Stat{}, err
+		return Stat{}, sn.settle(ctx, err)
 	}
 	_, name := parentName(clean)
-	return in.stat(name, clean), nil
+	return in.stat(name, clean), sn.settle(ctx, nil)
 }
 
 // StatIno describes inode ino.
@@ -75,9 +111,9 @@ func (sn *Snapshot) StatIno(ctx context.Context, ino uint64) (Stat, error) {
 	}
 	in, err := v.inode(ino)
 	if err != nil {
-		return Stat{}, fmt.Errorf("inode %d: %w", ino, err)
+		return Stat{}, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
 	}
-	return in.stat(in.name, ""), nil
+	return in.stat(in.name, ""), sn.settle(ctx, nil)
 }
 
 // Lookup describes the entry name in directory inode parent.
@@ -88,13 +124,13 @@ func (sn *Snapshot) Lookup(ctx context.Context, parent uint64, name string) (Sta
 	}
 	ino, _, err := v.lookup(parent, name)
 	if err != nil {
-		return Stat{}, pathErr("lookup", name, err)
+		return Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
 	}
 	in, err := v.inode(ino)
 	if err != nil {
-		return Stat{}, pathErr("lookup", name, err)
+		return Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
 	}
-	return in.stat(name, ""), nil
+	return in.stat(name, ""), sn.settle(ctx, nil)
 }
 
 // RootIno is the inode number of the workspace root.
@@ -104,12 +140,13 @@ func (sn *Snapshot) RootIno() uint64 { return sn.ws.root }
 func (sn *Snapshot) ReadDir(ctx context.Context, p string) ([]DirEntry, error) {
 	v, in, _, err := sn.resolve(ctx, "readdir", p)
 	if err != nil {
-		return nil, err
+		return nil, sn.settle(ctx, err)
 	}
 	if !in.isDir() {
-		return nil, pathErr("readdir", p, ErrNotDir)
+		return nil, sn.settle(ctx, pathErr("readdir", p, ErrNotDir))
 	}
-	return listEntries(v, in.ino)
+	es, err := listEntries(v, in.ino)
+	return es, sn.settle(ctx, err)
 }
 
 // ReadDirIno lists directory inode ino, sorted by name.
@@ -118,7 +155,8 @@ func (sn *Snapshot) ReadDirIno(ctx context.Context, ino uint64) ([]DirEntry, err
 	if err != nil {
 		return nil, err
 	}
-	return listEntries(v, ino)
+	es, err := listEntries(v, ino)
+	return es, sn.settle(ctx, err)
 }
 
 func listEntries(v *view, ino uint64) ([]DirEntry, error) {
@@ -137,12 +175,12 @@ func listEntries(v *view, ino uint64) ([]DirEntry, error) {
 func (sn *Snapshot) Readlink(ctx context.Context, p string) (string, error) {
 	_, in, _, err := sn.resolve(ctx, "readlink", p)
 	if err != nil {
-		return "", err
+		return "", sn.settle(ctx, err)
 	}
 	if !in.isSymlink() {
-		return "", pathErr("readlink", p, ErrInvalidArgument)
+		return "", sn.settle(ctx, pathErr("readlink", p, ErrInvalidArgument))
 	}
-	return in.target, nil
+	return in.target, sn.settle(ctx, nil)
 }
 
 // File reads one regular file of a snapshot; it implements io.Reader,
@@ -151,21 +189,22 @@ type File struct {
 	v   *view
 	in  *inode
 	off int64
+	sn  *Snapshot // to settle reads, if set
 }
 
 // Open opens the regular file at p.
 func (sn *Snapshot) Open(ctx context.Context, p string) (*File, error) {
 	v, in, _, err := sn.resolve(ctx, "open", p)
 	if err != nil {
-		return nil, err
+		return nil, sn.settle(ctx, err)
 	}
 	if in.isDir() {
-		return nil, pathErr("open", p, ErrIsDir)
+		return nil, sn.settle(ctx, pathErr("open", p, ErrIsDir))
 	}
 	if !in.isReg() {
-		return nil, pathErr("open", p, ErrInvalidArgument)
+		return nil, sn.settle(ctx, pathErr("open", p, ErrInvalidArgument))
 	}
-	return &File{v: v, in: in}, nil
+	return &File{v: v, in: in, sn: sn}, sn.settle(ctx, nil)
 }
 
 // OpenIno opens regular file inode ino.
@@ -176,12 +215,12 @@ func (sn *Snapshot) OpenIno(ctx context.Context, ino uint64) (*File, error) {
 	}
 	in, err := v.inode(ino)
 	if err != nil {
-		return nil, err
+		return nil, sn.settle(ctx, err)
 	}
 	if !in.isReg() {
-		return nil, ErrInvalidArgument
+		return nil, sn.settle(ctx, ErrInvalidArgument)
 	}
-	return &File{v: v, in: in}, nil
+	return &File{v: v, in: in, sn: sn}, sn.settle(ctx, nil)
 }
 
 // Size is the file's length.
@@ -193,15 +232,29 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		return 0, ErrInvalidArgument
 	}
 	n, err := f.v.readAt(f.in, p, off)
+	if serr := f.settle(); serr != nil {
+		return 0, serr
+	}
 	if err == nil && n < len(p) {
 		err = io.EOF
 	}
 	return n, err
 }
 
+// settle fails if the file's revision was pruned while it was read.
+func (f *File) settle() error {
+	if f.sn == nil {
+		return nil
+	}
+	return f.sn.settle(f.v.ctx, nil)
+}
+
 // Read implements io.Reader.
 func (f *File) Read(p []byte) (int, error) {
 	n, err := f.v.readAt(f.in, p, f.off)
+	if serr := f.settle(); serr != nil {
+		return 0, serr
+	}
 	f.off += int64(n)
 	return n, err
 }
@@ -266,10 +319,10 @@ var SkipDir = fs.SkipDir
 func (sn *Snapshot) Walk(ctx context.Context, p string, fn WalkFunc) error {
 	v, in, clean, err := sn.resolve(ctx, "walk", p)
 	if err != nil {
-		return err
+		return sn.settle(ctx, err)
 	}
 	_, name := parentName(clean)
-	return walk(ctx, v, clean, name, in, fn)
+	return sn.settle(ctx, walk(ctx, v, clean, name, in, fn))
 }
 
 func walk(ctx context.Context, v *view, p, name string, in *inode, fn WalkFunc) error {
@@ -282,19 +335,15 @@ func walk(ctx context.Context, v *view, p, name string, in *inode, fn WalkFunc) 
 	if !in.isDir() {
 		return nil
 	}
-	es, err := v.list(in.ino)
+	es, ins, err := v.children(in.ino)
 	if err != nil {
 		return err
 	}
-	for _, e := range es {
+	for i, e := range es {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		child, err := v.inode(e.ino)
-		if err != nil {
-			return fmt.Errorf("walk %q: %w", joinPath(p, e.name), err)
-		}
-		if err := walk(ctx, v, joinPath(p, e.name), e.name, child, fn); err != nil {
+		if err := walk(ctx, v, joinPath(p, e.name), e.name, ins[i], fn); err != nil {
 			return err
 		}
 	}

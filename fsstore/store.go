@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -54,18 +55,23 @@ type Store struct {
 	Now func() time.Time
 
 	chunkSize int64
-	wdb       *sql.DB  // one connection, for the single writer
+	wdb       *sql.DB // one connection, for the single writer
 	wconn     *sql.Conn
 	wq        *queries // statements on wconn
-	rdb       *sql.DB // read-only pool
+	rdb       *sql.DB  // read-only pool
 	rq        *queries
 
-	wmu    sync.Mutex         // the single writer
+	wmu    sync.Mutex          // the single writer
 	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
-	closed bool               // guarded by wmu
+	closed bool                // guarded by wmu
 
 	wsmu    sync.Mutex
 	wsCache map[int64]*wsInfo // immutable parts of workspaces
+
+	// pruned is odd while a transaction that deletes tree rows (Prune,
+	// DeleteWorkspace) runs, and moves on when it ends: snapshots that see
+	// it move check that their revision survived (see Snapshot.settle).
+	pruned atomic.Int64
 }
 
 // New returns a store for dir; call Open before use.

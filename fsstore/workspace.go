@@ -178,7 +178,7 @@ func (s *Store) Workspaces(ctx context.Context, tenant string) ([]Workspace, err
 // DeleteWorkspace removes a workspace from its tenant's namespace and drops
 // its rows, except those that forks of it still read through to.
 func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
-	return s.write(ctx, func() error {
+	return s.collect(ctx, func() error {
 		if _, err := s.liveWorkspace(ctx, s.wconn, id); err != nil {
 			return err
 		}

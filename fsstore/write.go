@@ -256,10 +256,27 @@ func (in *inode) columns() (target, name any) {
 	if in.isSymlink() {
 		target = []byte(in.target)
 	}
-	if in.isDir() {
+	if in.parent != 0 {
 		name = []byte(in.name)
 	}
 	return target, name
+}
+
+// moveLink follows the inode's recorded name when the entry (from, fromName)
+// moves to (to, toName). Directories always know their one name; other
+// inodes remember one of their names, or none after that one is unlinked
+// while hard links remain.
+func (in *inode) moveLink(from uint64, fromName string, to uint64, toName string) {
+	if in.isDir() || in.parent == from && in.name == fromName {
+		in.parent, in.name = to, toName
+	}
+}
+
+// forgetLink clears the recorded name if it is (parent, name).
+func (in *inode) forgetLink(parent uint64, name string) {
+	if in.parent == parent && in.name == name {
+		in.parent, in.name = 0, ""
+	}
 }
 
 // dropInode ends an inode whose last link is gone, with its extents.
@@ -269,6 +286,16 @@ func (t *wtx) dropInode(in *inode) error {
 	delete(t.fresh, in.ino)
 	if t.unsaved[in.ino] {
 		delete(t.unsaved, in.ino)
+		return t.dropExtents(in)
+	}
+	if t.ws.baseWS != 0 {
+		// A fork's reads fall through to its base, where the inode may
+		// live on: leave a row that says it is gone (nlink 0, see view.inode).
+		in.nlink = 0
+		if err := t.putInode(in); err != nil {
+			return err
+		}
+		delete(t.inodes, in.ino)
 		return t.dropExtents(in)
 	}
 	if in.ws != ws {
@@ -330,6 +357,12 @@ func (t *wtx) setEntry(parent uint64, name string, ino uint64, kind int) error {
 			delete(m, name)
 		} else {
 			m[name] = dirEntry{name: name, ino: ino, kind: kind}
+		}
+		if had && ino == 0 {
+			// Nothing beneath a fresh directory needs shadowing: drop the
+			// row, so that the name can be added again in this revision.
+			_, err := t.s.wconn.ExecContext(t.ctx, `DELETE FROM dentries WHERE ws = ? AND parent = ? AND name = ? AND birth = ?`, ws, parent, name, t.rev)
+			return wrapDB("set entry", err)
 		}
 		if had {
 			_, err := t.q.setDentry.ExecContext(t.ctx, ino, kind, ws, parent, name, t.rev)
@@ -423,7 +456,16 @@ func putChunk(ctx context.Context, q *queries, h Hash, data []byte) (int64, erro
 // chunkID finds the row of a chunk named in a changeset.
 func (t *wtx) chunkID(ref ChunkRef) (int64, error) {
 	if ref.id != 0 {
-		return ref.id, nil
+		// The row id (from Put or Diff) is only a hint: GC may have deleted
+		// the row since, and SQLite may have given its id to another chunk.
+		var h []byte
+		var size int64
+		err := t.q.chunkInfo.QueryRowContext(t.ctx, ref.id).Scan(&h, &size)
+		if err == nil && string(h) == string(ref.Hash[:]) && size == int64(ref.Len) {
+			return ref.id, nil
+		} else if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, wrapDB("find chunk", err)
+		}
 	}
 	var id, size int64
 	err := t.q.chunkByHash.QueryRowContext(t.ctx, ref.Hash[:]).Scan(&id, &size)
@@ -483,7 +525,7 @@ func (t *wtx) writeData(in *inode, off int64, data []byte) error {
 func (t *wtx) writeContent(in *inode, c *Content) error {
 	cs := t.s.chunkSize
 	for _, ref := range c.Chunks {
-		if ref.Index < 0 || ref.Len <= 0 || int64(ref.Len) > cs {
+		if ref.Index < 0 || ref.Index > MaxFileSize/cs || ref.Len <= 0 || int64(ref.Len) > cs {
 			return fmt.Errorf("chunk %d length %d: %w", ref.Index, ref.Len, ErrInvalidArgument)
 		}
 		id, err := t.chunkID(ref)
@@ -557,6 +599,7 @@ func (t *wtx) unlink(parent uint64, name string, in *inode) error {
 	if in.nlink == 0 {
 		return t.dropInode(in)
 	}
+	in.forgetLink(parent, name)
 	return t.putInode(in)
 }
 
