@@ -332,7 +332,7 @@ func runStore(ctx context.Context, env *Env) error {
 	fsRate := mbps(tree.Bytes, fsRead)
 	for pass := range 2 {
 		err = env.phase(ctx, "readback", func(ctx context.Context) (err error) {
-			storeRead, err = readStore(ctx, sn, tree)
+			storeRead, err = readStore(ctx, sn, tree, func(p string, _ fsstore.Stat) (*fsstore.File, error) { return sn.Open(ctx, p) })
 			return err
 		})
 		if err != nil {
@@ -384,7 +384,7 @@ func runStore(ctx context.Context, env *Env) error {
 	var inoRead time.Duration
 	for pass := range 2 {
 		err = env.phase(ctx, "readback_ino", func(ctx context.Context) (err error) {
-			inoRead, err = readStoreIno(ctx, sn, tree)
+			inoRead, err = readStore(ctx, sn, tree, func(_ string, st fsstore.Stat) (*fsstore.File, error) { return sn.OpenIno(ctx, st.Ino) })
 			return err
 		})
 		if err != nil {
@@ -575,8 +575,9 @@ func readFS(ctx context.Context, src string, tree treeStats) (time.Duration, err
 	return d, nil
 }
 
-// readStore reads every regular file of a snapshot through Walk and Open.
-func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (time.Duration, error) {
+// readStore reads every regular file of a snapshot through Walk, opening
+// each with open (by path or by inode number).
+func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open func(p string, st fsstore.Stat) (*fsstore.File, error)) (time.Duration, error) {
 	t0 := time.Now()
 	var files int
 	var total int64
@@ -584,41 +585,7 @@ func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (time.
 		if !st.Mode.IsRegular() {
 			return nil
 		}
-		f, err := sn.Open(ctx, p)
-		if err != nil {
-			return err
-		}
-		n, err := f.WriteTo(io.Discard)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		if n != st.Size {
-			return fmt.Errorf("read %s: %d bytes, size %d", p, n, st.Size)
-		}
-		files++
-		total += n
-		return nil
-	})
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if files != tree.Files || total != tree.Bytes {
-		return 0, fmt.Errorf("store read %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
-	}
-	return d, nil
-}
-
-// readStoreIno is readStore opening files by inode number.
-func readStoreIno(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (time.Duration, error) {
-	t0 := time.Now()
-	var files int
-	var total int64
-	err := sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
-		if !st.Mode.IsRegular() {
-			return nil
-		}
-		f, err := sn.OpenIno(ctx, st.Ino)
+		f, err := open(p, st)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", p, err)
 		}
@@ -638,7 +605,7 @@ func readStoreIno(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (ti
 		return 0, err
 	}
 	if files != tree.Files || total != tree.Bytes {
-		return 0, fmt.Errorf("store read by inode %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
+		return 0, fmt.Errorf("store read %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
 	}
 	return d, nil
 }
