@@ -41,7 +41,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
-		Commands:             []*cli.Command{storeCommand()},
+		Commands:             []*cli.Command{serveCommand(), tokenCommand(), storeCommand()},
 	}
 	return app.RunContext(ctx, args)
 }

@@ -127,28 +127,9 @@ func storeDiff(c *cli.Context, s *fsstore.Store) error {
 		if err != nil {
 			return err
 		}
-		return output(c, files, func(out io.Writer) { printStat(out, files) })
+		return output(c, files, func(out io.Writer) { fsstore.WriteStat(out, files) })
 	}
 	return s.WriteDiff(c.Context, c.App.Writer, w.ID, r1, r2)
-}
-
-// printStat prints a diff summary like git diff --stat.
-func printStat(w io.Writer, files []fsstore.FileChange) {
-	added, deleted := 0, 0
-	for _, f := range files {
-		name := f.Path
-		if f.From != "" {
-			name = f.From + " => " + f.Path
-		}
-		if f.Binary {
-			fmt.Fprintf(w, " %s | binary (%s)\n", name, f.Status)
-			continue
-		}
-		fmt.Fprintf(w, " %s | %d +%d -%d\n", name, f.Added+f.Deleted, f.Added, f.Deleted)
-		added += f.Added
-		deleted += f.Deleted
-	}
-	fmt.Fprintf(w, " %d files changed, %d insertions(+), %d deletions(-)\n", len(files), added, deleted)
 }
 
 func storeCat(c *cli.Context, s *fsstore.Store) error {

@@ -1,0 +1,412 @@
+// Package client is a Go client for computerd's HTTP API (v1): every call
+// agentctl makes goes through it. Bodies stream in both directions.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// Client calls one computerd as one tenant.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:7777
+	Token   string
+	HTTP    *http.Client
+}
+
+// New returns a client for the server at baseURL using token.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}
+}
+
+// Error is a failed call as the server explained it.
+type Error struct {
+	Status int
+	Body   wire.Error
+}
+
+func (e *Error) Error() string { return e.Body.Message }
+
+// IsNotFound reports whether err is the server's not-found answer.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+// escapePath escapes each segment of a workspace path for a URL.
+func escapePath(p string) string {
+	segs := strings.Split(strings.Trim(p, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/")
+}
+
+func wsPath(ws string, rest ...string) string {
+	return "/v1/workspaces/" + url.PathEscape(ws) + strings.Join(rest, "")
+}
+
+// request is one API call.
+type request struct {
+	method string
+	path   string
+	query  url.Values
+	body   io.Reader
+	ctype  string
+	header http.Header
+}
+
+// do sends req and returns the response of a successful call; any other
+// answer becomes an *Error.
+func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
+	u := c.BaseURL + req.path
+	if len(req.query) > 0 {
+		u += "?" + req.query.Encode()
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.method, u, req.body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range req.header {
+		hr.Header[k] = v
+	}
+	if req.ctype != "" {
+		hr.Header.Set("Content-Type", req.ctype)
+	}
+	if c.Token != "" {
+		hr.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	e := &Error{Status: resp.StatusCode}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(body, &e.Body) != nil || e.Body.Message == "" {
+		e.Body.Message = fmt.Sprintf("%s %s: %s: %s", req.method, req.path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil, e
+}
+
+// call sends in (if not nil) as JSON and decodes the answer into out (if not nil).
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	req := request{method: method, path: path, query: query}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		req.body, req.ctype = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: bad answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func revQuery(rev int64) url.Values {
+	q := url.Values{}
+	if rev > 0 {
+		q.Set("rev", strconv.FormatInt(rev, 10))
+	}
+	return q
+}
+
+// Workspaces lists the tenant's workspaces.
+func (c *Client) Workspaces(ctx context.Context) ([]fsstore.Workspace, error) {
+	var out []fsstore.Workspace
+	return out, c.call(ctx, "GET", "/v1/workspaces", nil, nil, &out)
+}
+
+// CreateWorkspace makes an empty workspace.
+func (c *Client) CreateWorkspace(ctx context.Context, name string) (fsstore.Workspace, error) {
+	var out fsstore.Workspace
+	return out, c.call(ctx, "POST", "/v1/workspaces", nil, wire.CreateWorkspace{Name: name}, &out)
+}
+
+// Workspace describes one workspace.
+func (c *Client) Workspace(ctx context.Context, name string) (fsstore.Workspace, error) {
+	var out fsstore.Workspace
+	return out, c.call(ctx, "GET", wsPath(name), nil, nil, &out)
+}
+
+// DeleteWorkspace removes a workspace and its history.
+func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", wsPath(name), nil, nil, nil)
+}
+
+// Fork makes workspace name from src at rev (0: head), copying no bytes.
+func (c *Client) Fork(ctx context.Context, src, name string, rev int64) (fsstore.Workspace, error) {
+	var out fsstore.Workspace
+	return out, c.call(ctx, "POST", wsPath(src, "/fork"), nil, wire.Fork{Name: name, Rev: rev}, &out)
+}
+
+// Log lists revisions, newest first (limit 0: all).
+func (c *Client) Log(ctx context.Context, ws string, limit int) ([]fsstore.Revision, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out []fsstore.Revision
+	return out, c.call(ctx, "GET", wsPath(ws, "/log"), q, nil, &out)
+}
+
+func diffQuery(from, to int64, format string) url.Values {
+	q := url.Values{"format": {format}}
+	if from > 0 {
+		q.Set("from", strconv.FormatInt(from, 10))
+	}
+	if to > 0 {
+		q.Set("to", strconv.FormatInt(to, 10))
+	}
+	return q
+}
+
+// Diff streams the unified diff from..to (0 for to: head; 0 for from: the revision before to).
+func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/diff"), query: diffQuery(from, to, "unified")})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// DiffStat summarises from..to per file.
+func (c *Client) DiffStat(ctx context.Context, ws string, from, to int64) ([]fsstore.FileChange, error) {
+	var out []fsstore.FileChange
+	return out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "stat"), nil, &out)
+}
+
+// Changeset returns the ops from..to.
+func (c *Client) Changeset(ctx context.Context, ws string, from, to int64) (*fsstore.Changeset, error) {
+	var out fsstore.Changeset
+	return &out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "changeset"), nil, &out)
+}
+
+// Restore makes p (or the whole tree when p is "") as it was at rev, as a new revision.
+func (c *Client) Restore(ctx context.Context, ws string, rev int64, p string) (fsstore.Revision, error) {
+	var out fsstore.Revision
+	return out, c.call(ctx, "POST", wsPath(ws, "/restore"), nil, wire.Restore{Rev: rev, Path: p}, &out)
+}
+
+// ReadOptions select what Read returns.
+type ReadOptions struct {
+	Rev   int64 // 0: head
+	Line  int64 // first line, 1-based (0: the whole file)
+	Lines int64 // number of lines (0: to the end)
+}
+
+// Read streams a file; the caller closes it.
+func (c *Client) Read(ctx context.Context, ws, p string, opt ReadOptions) (io.ReadCloser, error) {
+	q := revQuery(opt.Rev)
+	if opt.Line > 0 {
+		q.Set("line", strconv.FormatInt(opt.Line, 10))
+	}
+	if opt.Lines > 0 {
+		q.Set("lines", strconv.FormatInt(opt.Lines, 10))
+	}
+	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/files/", escapePath(p)), query: q})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteOptions tune Write.
+type WriteOptions struct {
+	Mode      uint32 // permission bits; 0 keeps an existing file's (0644 for a new one)
+	Base      int64  // fail with a conflict if p changed after this revision
+	NoParents bool   // fail instead of creating missing parent directories
+}
+
+// Write replaces p's contents with r, streaming, as one revision.
+func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt WriteOptions) (fsstore.Revision, error) {
+	q := url.Values{}
+	if opt.Mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(opt.Mode), 8))
+	}
+	if opt.Base > 0 {
+		q.Set("base", strconv.FormatInt(opt.Base, 10))
+	}
+	if opt.NoParents {
+		q.Set("parents", "0")
+	}
+	resp, err := c.do(ctx, request{method: "PUT", path: wsPath(ws, "/files/", escapePath(p)), query: q, body: r, ctype: "application/octet-stream"})
+	if err != nil {
+		return fsstore.Revision{}, err
+	}
+	defer resp.Body.Close()
+	var out fsstore.Revision
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// Stat describes p.
+func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (fsstore.Stat, error) {
+	var out fsstore.Stat
+	return out, c.call(ctx, "GET", wsPath(ws, "/stat/", escapePath(p)), revQuery(rev), nil, &out)
+}
+
+// List returns the entries of directory p (or p itself if it is not one).
+func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bool) ([]fsstore.Stat, error) {
+	q := revQuery(rev)
+	if recursive {
+		q.Set("recursive", "1")
+	}
+	var out []fsstore.Stat
+	return out, c.call(ctx, "GET", wsPath(ws, "/list/", escapePath(p)), q, nil, &out)
+}
+
+// Ops commits a batch of ops as one revision.
+func (c *Client) Ops(ctx context.Context, ws string, batch wire.Ops) (fsstore.Revision, error) {
+	var out fsstore.Revision
+	return out, c.call(ctx, "POST", wsPath(ws, "/ops"), nil, batch, &out)
+}
+
+// Edit replaces old by new in p (exactly one match unless all).
+func (c *Client) Edit(ctx context.Context, ws string, e wire.Edit) (wire.EditResult, error) {
+	var out wire.EditResult
+	return out, c.call(ctx, "POST", wsPath(ws, "/edit"), nil, e, &out)
+}
+
+// FindOptions select Find's results.
+type FindOptions struct {
+	Path string // where to look (default the root)
+	Name string // glob on the base name, or on the relative path if it has a slash ("**" spans directories)
+	Type string // f, d or l (empty: any)
+	Rev  int64
+}
+
+// Find lists matching paths.
+func (c *Client) Find(ctx context.Context, ws string, opt FindOptions) ([]string, error) {
+	q := revQuery(opt.Rev)
+	for k, v := range map[string]string{"path": opt.Path, "name": opt.Name, "type": opt.Type} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var out []string
+	return out, c.call(ctx, "GET", wsPath(ws, "/find"), q, nil, &out)
+}
+
+// GrepOptions select Grep's search.
+type GrepOptions struct {
+	Pattern    string // RE2 regular expression
+	Path       string // where to look (default the root)
+	Glob       string // only files matching this glob
+	IgnoreCase bool
+	Context    int // lines around each match
+	Max        int // stop after this many matches (0: all)
+	Rev        int64
+}
+
+// Grep calls fn for each match (and context line) as the server finds them.
+func (c *Client) Grep(ctx context.Context, ws string, opt GrepOptions, fn func(wire.Match) error) error {
+	q := revQuery(opt.Rev)
+	q.Set("pattern", opt.Pattern)
+	if opt.Path != "" {
+		q.Set("path", opt.Path)
+	}
+	if opt.Glob != "" {
+		q.Set("glob", opt.Glob)
+	}
+	if opt.IgnoreCase {
+		q.Set("i", "1")
+	}
+	if opt.Context > 0 {
+		q.Set("context", strconv.Itoa(opt.Context))
+	}
+	if opt.Max > 0 {
+		q.Set("max", strconv.Itoa(opt.Max))
+	}
+	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/grep"), query: q})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m wire.Match
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return fmt.Errorf("grep: bad answer line: %w", err)
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("grep: answer cut: %w", err)
+	}
+	return nil
+}
+
+// ExportOptions select what Export archives.
+type ExportOptions struct {
+	Rev  int64
+	Path string // subtree (default the root)
+	Gzip bool
+}
+
+// Export streams a tar archive; the caller closes it.
+func (c *Client) Export(ctx context.Context, ws string, opt ExportOptions) (io.ReadCloser, error) {
+	q := revQuery(opt.Rev)
+	if opt.Path != "" {
+		q.Set("path", opt.Path)
+	}
+	if opt.Gzip {
+		q.Set("gzip", "1")
+	}
+	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/export"), query: q})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// AttachOptions tune Attach.
+type AttachOptions struct {
+	Into  string // place the archive under this directory
+	Merge bool   // keep what the archive does not name (default: the tree becomes the archive)
+}
+
+// Attach uploads a tar (or tar.gz) stream as one revision.
+func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt AttachOptions) (wire.AttachResult, error) {
+	q := url.Values{}
+	if opt.Into != "" {
+		q.Set("into", opt.Into)
+	}
+	if opt.Merge {
+		q.Set("merge", "1")
+	}
+	resp, err := c.do(ctx, request{method: "POST", path: wsPath(ws, "/attach"), query: q, body: archive, ctype: "application/x-tar"})
+	if err != nil {
+		return wire.AttachResult{}, err
+	}
+	defer resp.Body.Close()
+	var out wire.AttachResult
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}

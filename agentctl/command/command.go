@@ -1,0 +1,502 @@
+// Package command implements agentctl's command line on top of
+// agentctl/client, so tests drive exactly the code users run.
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"computerd/agentctl/client"
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// DefaultServer is where agentctl looks for computerd unless told otherwise.
+const DefaultServer = "http://127.0.0.1:7777"
+
+// IO is what a command reads and writes.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// ExitError carries a specific exit status (a command's, for exec).
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Run runs agentctl with args (args[0] is the program name). It returns
+// the error to print (nil on success); ExitStatus maps it to a status.
+func Run(ctx context.Context, args []string, stdio IO) error {
+	cmds := commands()
+	app := &cli.App{
+		Name:                 "agentctl",
+		Usage:                "drive computerd workspaces: files, revisions, exec",
+		Reader:               stdio.Stdin,
+		Writer:               stdio.Stdout,
+		ErrWriter:            stdio.Stderr,
+		EnableBashCompletion: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", Usage: "computerd URL", Value: DefaultServer, EnvVars: []string{"COMPUTER_URL"}},
+			&cli.StringFlag{Name: "token", Usage: "bearer token", EnvVars: []string{"COMPUTER_TOKEN"}},
+			jsonFlag,
+		},
+		Commands:       cmds,
+		ExitErrHandler: func(*cli.Context, error) {}, // errors go back to the caller
+	}
+	return app.RunContext(ctx, flagsFirst(cmds, args))
+}
+
+// ExitStatus is the process exit status for Run's error.
+func ExitStatus(err error) int {
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.Code
+	}
+	return 1
+}
+
+var (
+	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "machine-readable output"}
+	revFlag  = &cli.Int64Flag{Name: "rev", Aliases: []string{"r"}, Usage: "revision (default: head)"}
+)
+
+// cmd builds a command that takes --json and exactly the given arguments.
+func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, flags ...cli.Flag) *cli.Command {
+	return &cli.Command{
+		Name: name, Usage: usage, ArgsUsage: args,
+		Flags: append(flags, jsonFlag),
+		Action: func(c *cli.Context) error {
+			if c.NArg() < minArgs || (maxArgs >= 0 && c.NArg() > maxArgs) {
+				return fmt.Errorf("usage: agentctl %s %s", c.Command.FullName(), args)
+			}
+			return action(c)
+		},
+	}
+}
+
+func commands() []*cli.Command {
+	return []*cli.Command{
+		{
+			Name: "ws", Usage: "create, list, remove and fork workspaces",
+			Subcommands: []*cli.Command{
+				cmd("create", "make an empty workspace", "NAME", 1, 1, wsCreate),
+				cmd("ls", "list workspaces", "", 0, 0, wsList),
+				cmd("rm", "remove a workspace and its history", "NAME", 1, 1, wsRemove),
+				cmd("fork", "make NEW a copy of SRC (metadata only)", "SRC NEW", 2, 2, wsFork, revFlag),
+			},
+		},
+		cmd("attach", "upload a directory, tarball or git work tree as one revision", "WS SRC", 2, 2, attach,
+			&cli.StringFlag{Name: "into", Usage: "place SRC under this directory of the workspace"},
+			&cli.BoolFlag{Name: "merge", Usage: "keep workspace files that SRC does not have (default: the tree becomes SRC)"},
+			&cli.BoolFlag{Name: "no-git", Usage: "take a git work tree's directory as is (default: git's tracked and unignored files, no .git)"},
+			&cli.BoolFlag{Name: "progress", Usage: "show a progress bar even when stderr is not a terminal"}),
+		cmd("export", "write a tar archive of the workspace to stdout", "WS", 1, 1, export, revFlag,
+			&cli.StringFlag{Name: "path", Usage: "export only this subtree"},
+			&cli.BoolFlag{Name: "gzip", Aliases: []string{"z"}, Usage: "compress"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to this file instead of stdout"}),
+		cmd("read", "print a file", "WS PATH", 2, 2, read, revFlag,
+			&cli.Int64Flag{Name: "offset", Usage: "first line to print (1-based)"},
+			&cli.Int64Flag{Name: "limit", Usage: "number of lines to print"}),
+		cmd("write", "replace a file with stdin (one revision)", "WS PATH", 2, 2, write,
+			&cli.StringFlag{Name: "mode", Usage: "permission bits, octal (default 644 for a new file)"},
+			&cli.Int64Flag{Name: "base", Usage: "fail with a conflict if PATH changed after this revision"}),
+		cmd("edit", "replace a unique string in a file (one revision)", "WS PATH", 2, 2, edit,
+			&cli.StringFlag{Name: "old", Usage: "text to replace (must match exactly once unless --all)", Required: true},
+			&cli.StringFlag{Name: "new", Usage: "replacement text"},
+			&cli.BoolFlag{Name: "all", Usage: "replace every match"}),
+		cmd("stat", "describe a path", "WS PATH", 2, 2, stat, revFlag),
+		cmd("ls", "list a directory", "WS [PATH]", 1, 2, list, revFlag,
+			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "mode, size, time"},
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"R"}, Usage: "the whole subtree"}),
+		cmd("find", "list paths matching a glob", "WS [PATH]", 1, 2, find, revFlag,
+			&cli.StringFlag{Name: "name", Usage: "glob on the name, or on the relative path if it has a '/' (** spans directories)"},
+			&cli.StringFlag{Name: "type", Usage: "f (file), d (directory) or l (symlink)"}),
+		cmd("grep", "search file contents with a regular expression", "WS PATTERN [PATH]", 2, 3, grep, revFlag,
+			&cli.BoolFlag{Name: "ignore-case", Aliases: []string{"i"}, Usage: "ignore case"},
+			&cli.BoolFlag{Name: "line-number", Aliases: []string{"n"}, Usage: "print line numbers"},
+			&cli.IntFlag{Name: "context", Aliases: []string{"C"}, Usage: "lines of context around matches"},
+			&cli.StringFlag{Name: "glob", Usage: "only files matching this glob"},
+			&cli.IntFlag{Name: "max", Usage: "stop after this many matches"}),
+		cmd("rm", "remove files or directories (one revision)", "WS PATH...", 2, -1, remove,
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r"}, Usage: "remove directories and their contents"}),
+		cmd("mkdir", "make directories (one revision)", "WS PATH...", 2, -1, mkdir,
+			&cli.BoolFlag{Name: "parents", Aliases: []string{"p"}, Usage: "make missing parents; no error if it exists"}),
+		cmd("mv", "rename a file or directory (one revision)", "WS SRC DST", 3, 3, move,
+			&cli.BoolFlag{Name: "no-clobber", Aliases: []string{"n"}, Usage: "fail if DST exists"}),
+		cmd("log", "list revisions, newest first", "WS", 1, 1, logCmd,
+			&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Usage: "at most this many"}),
+		cmd("diff", "show changes between revisions (default: the last one)", "WS [R1 [R2]]", 1, 3, diff,
+			&cli.BoolFlag{Name: "stat", Usage: "a summary per file"}),
+		cmd("restore", "bring back PATH (or everything) as it was at --rev (one revision)", "WS [PATH]", 1, 2, restore,
+			&cli.Int64Flag{Name: "rev", Aliases: []string{"r"}, Usage: "revision to restore from", Required: true}),
+	}
+}
+
+// clientOf builds the API client from the global flags.
+func clientOf(c *cli.Context) *client.Client {
+	return client.New(c.String("server"), c.String("token"))
+}
+
+// output prints v as JSON with --json, else the human form.
+func output(c *cli.Context, v any, human func(w io.Writer)) error {
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human(c.App.Writer)
+	return nil
+}
+
+// revision reports a committed revision.
+func revision(c *cli.Context, rev fsstore.Revision) error {
+	return output(c, rev, func(w io.Writer) {
+		if rev.Rev == 0 {
+			fmt.Fprintln(w, "nothing changed")
+			return
+		}
+		fmt.Fprintf(w, "revision %d\n", rev.Rev)
+	})
+}
+
+func wsCreate(c *cli.Context) error {
+	ws, err := clientOf(c).CreateWorkspace(c.Context, c.Args().First())
+	if err != nil {
+		return err
+	}
+	return output(c, ws, func(w io.Writer) { fmt.Fprintf(w, "created %s\n", ws.Name) })
+}
+
+func wsList(c *cli.Context) error {
+	list, err := clientOf(c).Workspaces(c.Context)
+	if err != nil {
+		return err
+	}
+	return output(c, list, func(w io.Writer) {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tHEAD\tCREATED\tFORKED FROM")
+		for _, ws := range list {
+			from := ""
+			if ws.BaseID != 0 {
+				from = fmt.Sprintf("#%d@%d", ws.BaseID, ws.BaseRev)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", ws.Name, ws.Head, ws.Created.Format(time.RFC3339), from)
+		}
+		tw.Flush()
+	})
+}
+
+func wsRemove(c *cli.Context) error {
+	name := c.Args().First()
+	if err := clientOf(c).DeleteWorkspace(c.Context, name); err != nil {
+		return err
+	}
+	return output(c, map[string]string{"removed": name}, func(w io.Writer) { fmt.Fprintf(w, "removed %s\n", name) })
+}
+
+func wsFork(c *cli.Context) error {
+	ws, err := clientOf(c).Fork(c.Context, c.Args().Get(0), c.Args().Get(1), c.Int64("rev"))
+	if err != nil {
+		return err
+	}
+	return output(c, ws, func(w io.Writer) { fmt.Fprintf(w, "forked %s from %s\n", ws.Name, c.Args().Get(0)) })
+}
+
+func read(c *cli.Context) error {
+	if c.Bool("json") {
+		return fmt.Errorf("read prints the file's bytes; use `agentctl stat --json` for metadata")
+	}
+	body, err := clientOf(c).Read(c.Context, c.Args().Get(0), c.Args().Get(1),
+		client.ReadOptions{Rev: c.Int64("rev"), Line: c.Int64("offset"), Lines: c.Int64("limit")})
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = io.Copy(c.App.Writer, body)
+	return err
+}
+
+func write(c *cli.Context) error {
+	opt := client.WriteOptions{Base: c.Int64("base")}
+	if m := c.String("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o7777 {
+			return fmt.Errorf("--mode %q: want octal permission bits such as 644", m)
+		}
+		opt.Mode = uint32(v)
+	}
+	rev, err := clientOf(c).Write(c.Context, c.Args().Get(0), c.Args().Get(1), c.App.Reader, opt)
+	if err != nil {
+		return err
+	}
+	return revision(c, rev)
+}
+
+func edit(c *cli.Context) error {
+	res, err := clientOf(c).Edit(c.Context, c.Args().Get(0), wire.Edit{
+		Path: c.Args().Get(1), Old: c.String("old"), New: c.String("new"), All: c.Bool("all"),
+	})
+	if err != nil {
+		return err
+	}
+	return output(c, res, func(w io.Writer) {
+		fmt.Fprintf(w, "replaced %d, revision %d\n", res.Replacements, res.Revision.Rev)
+	})
+}
+
+func stat(c *cli.Context) error {
+	st, err := clientOf(c).Stat(c.Context, c.Args().Get(0), c.Args().Get(1), c.Int64("rev"))
+	if err != nil {
+		return err
+	}
+	return output(c, st, func(w io.Writer) {
+		fmt.Fprintf(w, "%s\n  mode %s  size %d  inode %d  links %d  uid %d  gid %d\n  modified %s\n",
+			displayName(st.Path), st.Mode, st.Size, st.Ino, st.Nlink, st.UID, st.GID, st.Mtime.Format(time.RFC3339Nano))
+		if st.Target != "" {
+			fmt.Fprintf(w, "  -> %s\n", st.Target)
+		}
+	})
+}
+
+func displayName(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+func list(c *cli.Context) error {
+	recursive := c.Bool("recursive")
+	ents, err := clientOf(c).List(c.Context, c.Args().Get(0), c.Args().Get(1), c.Int64("rev"), recursive)
+	if err != nil {
+		return err
+	}
+	root := strings.Trim(c.Args().Get(1), "/")
+	return output(c, ents, func(w io.Writer) {
+		for _, e := range ents {
+			name := e.Name
+			if recursive {
+				name = strings.TrimPrefix(strings.TrimPrefix(e.Path, root), "/")
+			}
+			switch {
+			case e.IsDir():
+				name += "/"
+			case e.Mode&fs.ModeSymlink != 0 && c.Bool("long"):
+				name += " -> " + e.Target
+			}
+			if c.Bool("long") {
+				fmt.Fprintf(w, "%s %10d %s %s\n", e.Mode, e.Size, e.Mtime.Format("2006-01-02 15:04"), name)
+			} else {
+				fmt.Fprintln(w, name)
+			}
+		}
+	})
+}
+
+func find(c *cli.Context) error {
+	paths, err := clientOf(c).Find(c.Context, c.Args().Get(0), client.FindOptions{
+		Path: c.Args().Get(1), Name: c.String("name"), Type: c.String("type"), Rev: c.Int64("rev"),
+	})
+	if err != nil {
+		return err
+	}
+	return output(c, paths, func(w io.Writer) {
+		for _, p := range paths {
+			fmt.Fprintln(w, p)
+		}
+	})
+}
+
+func grep(c *cli.Context) error {
+	opt := client.GrepOptions{
+		Pattern: c.Args().Get(1), Path: c.Args().Get(2), Glob: c.String("glob"),
+		IgnoreCase: c.Bool("ignore-case"), Context: c.Int("context"), Max: c.Int("max"), Rev: c.Int64("rev"),
+	}
+	asJSON, numbers := c.Bool("json"), c.Bool("line-number")
+	enc := json.NewEncoder(c.App.Writer)
+	matches := 0
+	err := clientOf(c).Grep(c.Context, c.Args().Get(0), opt, func(m wire.Match) error {
+		if !m.Context && !m.Break {
+			matches++
+		}
+		if asJSON {
+			return enc.Encode(m)
+		}
+		sep := ":"
+		if m.Context {
+			sep = "-"
+		}
+		switch {
+		case m.Break:
+			_, err := fmt.Fprintln(c.App.Writer, "--")
+			return err
+		case numbers:
+			_, err := fmt.Fprintf(c.App.Writer, "%s%s%d%s%s\n", m.Path, sep, m.Line, sep, m.Text)
+			return err
+		default:
+			_, err := fmt.Fprintf(c.App.Writer, "%s%s%s\n", m.Path, sep, m.Text)
+			return err
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if matches == 0 {
+		return &ExitError{Code: 1} // like grep: no match is status 1
+	}
+	return nil
+}
+
+func remove(c *cli.Context) error {
+	cl := clientOf(c)
+	ws := c.Args().First()
+	var ops []fsstore.Op
+	for _, p := range c.Args().Tail() {
+		if c.Bool("recursive") {
+			// delete_all ignores a missing path; rm -r does not.
+			if _, err := cl.Stat(c.Context, ws, p, 0); err != nil {
+				return err
+			}
+			ops = append(ops, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: p})
+		} else {
+			ops = append(ops, fsstore.Op{Kind: fsstore.OpDelete, Path: p})
+		}
+	}
+	rev, err := cl.Ops(c.Context, ws, wire.Ops{Ops: ops})
+	if err != nil {
+		return err
+	}
+	return revision(c, rev)
+}
+
+func mkdir(c *cli.Context) error {
+	cl := clientOf(c)
+	ws := c.Args().First()
+	var ops []fsstore.Op
+	seen := map[string]bool{}
+	for _, p := range c.Args().Tail() {
+		clean, err := fsstore.CleanPath(p)
+		if err != nil {
+			return err
+		}
+		dirs := []string{clean}
+		if c.Bool("parents") {
+			dirs = dirs[:0]
+			for d := clean; d != "" && d != "."; d = path.Dir(d) {
+				dirs = append([]string{d}, dirs...)
+			}
+		}
+		for _, d := range dirs {
+			if seen[d] {
+				continue
+			}
+			seen[d] = true
+			if c.Bool("parents") {
+				st, err := cl.Stat(c.Context, ws, d, 0)
+				if err == nil && st.IsDir() {
+					continue
+				}
+				if err != nil && !client.IsNotFound(err) {
+					return err
+				}
+			}
+			ops = append(ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: d, Mode: 0o755})
+		}
+	}
+	if len(ops) == 0 {
+		return revision(c, fsstore.Revision{})
+	}
+	rev, err := cl.Ops(c.Context, ws, wire.Ops{Ops: ops})
+	if err != nil {
+		return err
+	}
+	return revision(c, rev)
+}
+
+func move(c *cli.Context) error {
+	op := fsstore.Op{Kind: fsstore.OpRename, From: c.Args().Get(1), Path: c.Args().Get(2), NoReplace: c.Bool("no-clobber")}
+	rev, err := clientOf(c).Ops(c.Context, c.Args().Get(0), wire.Ops{Ops: []fsstore.Op{op}})
+	if err != nil {
+		return err
+	}
+	return revision(c, rev)
+}
+
+func logCmd(c *cli.Context) error {
+	revs, err := clientOf(c).Log(c.Context, c.Args().First(), c.Int("limit"))
+	if err != nil {
+		return err
+	}
+	return output(c, revs, func(w io.Writer) {
+		for _, r := range revs {
+			line := fmt.Sprintf("%4d  %s  %-7s %-10s %3d changes", r.Rev, r.Time.Format("2006-01-02 15:04:05"), r.Source, r.Tenant, r.Changes)
+			if r.ExecID != "" {
+				line += "  exec " + r.ExecID
+			}
+			if r.Message != "" {
+				line += "  " + r.Message
+			}
+			fmt.Fprintln(w, line)
+		}
+	})
+}
+
+func diff(c *cli.Context) error {
+	var revs [2]int64
+	for i := range revs {
+		if v := c.Args().Get(i + 1); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("revision %q: want a positive number", v)
+			}
+			revs[i] = n
+		}
+	}
+	from, to := revs[0], revs[1]
+	if from > 0 && to == 0 {
+		// One revision: what changed from it to the head.
+		ws, err := clientOf(c).Workspace(c.Context, c.Args().First())
+		if err != nil {
+			return err
+		}
+		to = ws.Head
+	}
+	cl := clientOf(c)
+	if c.Bool("stat") || c.Bool("json") {
+		files, err := cl.DiffStat(c.Context, c.Args().First(), from, to)
+		if err != nil {
+			return err
+		}
+		return output(c, files, func(w io.Writer) { fsstore.WriteStat(w, files) })
+	}
+	body, err := cl.Diff(c.Context, c.Args().First(), from, to)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = io.Copy(c.App.Writer, body)
+	return err
+}
+
+func restore(c *cli.Context) error {
+	rev, err := clientOf(c).Restore(c.Context, c.Args().Get(0), c.Int64("rev"), c.Args().Get(1))
+	if err != nil {
+		return err
+	}
+	return revision(c, rev)
+}

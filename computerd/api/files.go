@@ -1,0 +1,321 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// readFile streams a file. ?line=N&lines=M selects M lines from line N
+// (1-based); otherwise the whole file, honouring Range headers.
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+	sn, err := s.snapshot(r)
+	if err != nil {
+		return err
+	}
+	p := r.PathValue("path")
+	st, err := sn.Stat(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return &fsstore.PathError{Op: "read", Path: p, Err: fsstore.ErrIsDir}
+	}
+	if st.Mode&fs.ModeSymlink != 0 {
+		return badRequest("read %s: a symlink to %q (the store does not follow symlinks)", p, st.Target)
+	}
+	line, err := intParam(r, "line", 0)
+	if err != nil {
+		return err
+	}
+	lines, err := intParam(r, "lines", 0)
+	if err != nil {
+		return err
+	}
+	f, err := sn.OpenIno(r.Context(), st.Ino)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(sn.Rev, 10))
+	if line == 0 && lines == 0 {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", st.Mtime, f)
+		return nil
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	return copyLines(w, f, max(line, 1), lines)
+}
+
+// copyLines copies count lines (all when 0) starting at line first (1-based)
+// from r to w, streaming: a long line is copied in pieces.
+func copyLines(w io.Writer, r io.Reader, first, count int64) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for n := int64(1); count == 0 || n < first+count; {
+		piece, err := br.ReadSlice('\n')
+		if n >= first && len(piece) > 0 {
+			if _, werr := w.Write(piece); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, bufio.ErrBufferFull):
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile replaces (or creates) a file with the request body, streamed
+// into chunks, and commits one revision. ?mode= sets the permission bits
+// (octal); ?parents=0 refuses to create missing parent directories;
+// ?base=R fails with a conflict if the path changed after revision R.
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspace(r)
+	if err != nil {
+		drain(r.Body)
+		return err
+	}
+	p, err := fsstore.CleanPath(r.PathValue("path"))
+	if err != nil {
+		drain(r.Body)
+		return err
+	}
+	if p == "" {
+		drain(r.Body)
+		return badRequest("write: a file path is required")
+	}
+	var mode fs.FileMode
+	if m := r.URL.Query().Get("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o7777 {
+			drain(r.Body)
+			return badRequest("mode=%q: want octal permission bits such as 644", m)
+		}
+		mode = fs.FileMode(v)
+	}
+	base, err := intParam(r, "base", 0)
+	if err != nil {
+		return err
+	}
+	var b fsstore.Batch
+	if r.URL.Query().Get("parents") != "0" {
+		if err := s.addParents(r, ws, p, &b); err != nil {
+			drain(r.Body)
+			return err
+		}
+	}
+	content, err := s.Store.Put(r.Context(), http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
+				msg: fmt.Sprintf("write %s: body over the limit of %d bytes; nothing was written", p, s.Limits.MaxUpload)}
+		}
+		return err
+	}
+	b.Add(fsstore.Op{Kind: fsstore.OpCreate, Path: p, Mode: mode, Content: content})
+	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, base, "write "+p))
+	if err != nil {
+		return err
+	}
+	return s.answerRevision(w, http.StatusOK, rev)
+}
+
+// addParents adds a mkdir to b for each missing ancestor of p at the head.
+func (s *Server) addParents(r *http.Request, ws fsstore.Workspace, p string, b *fsstore.Batch) error {
+	sn, err := s.Store.Snapshot(r.Context(), ws.ID, fsstore.Head)
+	if err != nil {
+		return err
+	}
+	dir := path.Dir(p)
+	if dir == "." {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		anc := strings.Join(parts[:i+1], "/")
+		_, err := sn.Stat(r.Context(), anc)
+		if errors.Is(err, fsstore.ErrNotFound) {
+			for j := i; j < len(parts); j++ {
+				b.Mkdir(strings.Join(parts[:j+1], "/"), 0o755)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) stat(w http.ResponseWriter, r *http.Request) error {
+	sn, err := s.snapshot(r)
+	if err != nil {
+		return err
+	}
+	st, err := sn.Stat(r.Context(), r.PathValue("path"))
+	if err != nil {
+		return err
+	}
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(sn.Rev, 10))
+	return writeJSON(w, http.StatusOK, st)
+}
+
+// list answers the entries of a directory (or the file itself) with their
+// metadata; ?recursive=1 lists the whole subtree.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+	sn, err := s.snapshot(r)
+	if err != nil {
+		return err
+	}
+	p, err := fsstore.CleanPath(r.PathValue("path"))
+	if err != nil {
+		return err
+	}
+	st, err := sn.Stat(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := []fsstore.Stat{}
+	switch {
+	case !st.IsDir():
+		out = append(out, st)
+	case boolParam(r, "recursive"):
+		err = sn.Walk(r.Context(), p, func(q string, st fsstore.Stat) error {
+			if q != p {
+				out = append(out, st)
+			}
+			return nil
+		})
+	default:
+		var ents []fsstore.DirEntry
+		if ents, err = sn.ReadDirIno(r.Context(), st.Ino); err != nil {
+			return err
+		}
+		for _, e := range ents {
+			est, err := sn.StatIno(r.Context(), e.Ino)
+			if err != nil {
+				return err
+			}
+			est.Name, est.Path = e.Name, path.Join(p, e.Name)
+			out = append(out, est)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(sn.Rev, 10))
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// ops commits a batch of ops (mkdir, rm, mv, chmod, symlink, ...) as one revision.
+func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
+	var req wire.Ops
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Ops) == 0 {
+		return badRequest("ops: the batch is empty")
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	msg := req.Message
+	if msg == "" {
+		msg = describeOps(req.Ops)
+	}
+	rev, err := s.Store.Commit(r.Context(), ws.ID, &fsstore.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
+	if err != nil {
+		return err
+	}
+	return s.answerRevision(w, http.StatusOK, rev)
+}
+
+// describeOps is the default message of a batch: its first op and a count.
+func describeOps(ops []fsstore.Op) string {
+	d := ops[0].String()
+	if len(ops) > 1 {
+		d += fmt.Sprintf(" (+%d more)", len(ops)-1)
+	}
+	return d
+}
+
+// edit replaces a unique occurrence of Old (or every one, with All) in a
+// text file and commits one revision, failing with a conflict if the file
+// changed between the read and the commit.
+func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
+	var req wire.Edit
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Old == "" {
+		return badRequest("edit: the old string is empty")
+	}
+	if req.Old == req.New {
+		return badRequest("edit: the old and new strings are the same")
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	sn, err := s.Store.Snapshot(r.Context(), ws.ID, fsstore.Head)
+	if err != nil {
+		return err
+	}
+	data, err := s.readWhole(r, sn, req.Path)
+	if err != nil {
+		return err
+	}
+	n := bytes.Count(data, []byte(req.Old))
+	switch {
+	case n == 0:
+		return badRequest("edit %s: the old string was not found", req.Path)
+	case n > 1 && !req.All:
+		return badRequest("edit %s: the old string matches %d times; give more context to make it unique, or use --all", req.Path, n)
+	}
+	data = bytes.ReplaceAll(data, []byte(req.Old), []byte(req.New))
+	var b fsstore.Batch
+	b.Add(fsstore.Op{Kind: fsstore.OpCreate, Path: req.Path, Data: data})
+	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, sn.Rev, "edit "+req.Path))
+	if err != nil {
+		return err
+	}
+	s.Metrics.Committed(rev)
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
+	return writeJSON(w, http.StatusOK, wire.EditResult{Revision: rev, Replacements: n})
+}
+
+// readWhole reads a regular file no larger than MaxEditSize.
+func (s *Server) readWhole(r *http.Request, sn *fsstore.Snapshot, p string) ([]byte, error) {
+	st, err := sn.Stat(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, &fsstore.PathError{Op: "edit", Path: p, Err: fsstore.ErrIsDir}
+	}
+	if !st.Mode.IsRegular() {
+		return nil, badRequest("edit %s: not a regular file", p)
+	}
+	if st.Size > s.Limits.MaxEditSize {
+		return nil, &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
+			msg: fmt.Sprintf("edit %s: %d bytes, over the limit of %d for edits", p, st.Size, s.Limits.MaxEditSize)}
+	}
+	return sn.ReadFile(r.Context(), p)
+}

@@ -1,0 +1,318 @@
+// Package api serves computerd's HTTP+JSON API (v1, documented in
+// docs/API.md): workspaces, file tools, revisions, attach and export, all
+// scoped to the tenant of the caller's bearer token.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"computerd/computerd/metrics"
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// Limits bound what one caller can ask for.
+type Limits struct {
+	// MaxJSONBody bounds JSON request bodies (default 8 MiB).
+	MaxJSONBody int64
+	// MaxUpload bounds streamed bodies: file writes and attach (default 8 GiB).
+	MaxUpload int64
+	// MaxWorkspaces bounds the live workspaces of one tenant (default 1000).
+	MaxWorkspaces int
+	// MaxEditSize bounds the files edit and grep read whole lines of (default 64 MiB).
+	MaxEditSize int64
+}
+
+func (l *Limits) defaults() {
+	if l.MaxJSONBody <= 0 {
+		l.MaxJSONBody = 8 << 20
+	}
+	if l.MaxUpload <= 0 {
+		l.MaxUpload = 8 << 30
+	}
+	if l.MaxWorkspaces <= 0 {
+		l.MaxWorkspaces = 1000
+	}
+	if l.MaxEditSize <= 0 {
+		l.MaxEditSize = 64 << 20
+	}
+}
+
+// Server answers the API from one store.
+type Server struct {
+	Store   *fsstore.Store
+	Limits  Limits
+	Metrics *metrics.Metrics // may be nil
+	Log     *slog.Logger     // may be nil
+
+	mux *http.ServeMux
+}
+
+type tenantKey struct{}
+
+// tenantOf returns the tenant authenticated for this request.
+func tenantOf(ctx context.Context) string { return ctx.Value(tenantKey{}).(string) }
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	s.Limits.defaults()
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	s.mux = http.NewServeMux()
+	routes := []struct {
+		pattern string
+		h       func(http.ResponseWriter, *http.Request) error
+	}{
+		{"GET /v1/workspaces", s.listWorkspaces},
+		{"POST /v1/workspaces", s.createWorkspace},
+		{"GET /v1/workspaces/{ws}", s.getWorkspace},
+		{"DELETE /v1/workspaces/{ws}", s.deleteWorkspace},
+		{"POST /v1/workspaces/{ws}/fork", s.fork},
+		{"GET /v1/workspaces/{ws}/log", s.log},
+		{"GET /v1/workspaces/{ws}/diff", s.diff},
+		{"POST /v1/workspaces/{ws}/restore", s.restore},
+		{"GET /v1/workspaces/{ws}/files/{path...}", s.readFile},
+		{"PUT /v1/workspaces/{ws}/files/{path...}", s.writeFile},
+		{"GET /v1/workspaces/{ws}/stat/{path...}", s.stat},
+		{"GET /v1/workspaces/{ws}/list/{path...}", s.list},
+		{"POST /v1/workspaces/{ws}/ops", s.ops},
+		{"POST /v1/workspaces/{ws}/edit", s.edit},
+		{"GET /v1/workspaces/{ws}/find", s.find},
+		{"GET /v1/workspaces/{ws}/grep", s.grep},
+		{"GET /v1/workspaces/{ws}/export", s.export},
+		{"POST /v1/workspaces/{ws}/attach", s.attach},
+	}
+	for _, r := range routes {
+		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
+	}
+	s.mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
+		return &httpError{status: http.StatusNotFound, code: wire.CodeNotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path}
+	}))
+	return s.mux
+}
+
+// statusWriter remembers the status code for metrics and whether anything was written.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.code, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wrap authenticates, times and counts a handler, and turns its error into a JSON answer.
+func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		tenant, err := s.authenticate(r)
+		if err == nil {
+			r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
+			err = h(w, r)
+		}
+		if err != nil {
+			if w.wrote {
+				// The answer has started: the client sees a cut stream.
+				s.Log.Warn("request failed mid-answer", "route", route, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			writeError(w, err)
+			if st := statusOf(err); st >= 500 {
+				s.Log.Error("request failed", "route", route, "err", err)
+			}
+		}
+		if s.Metrics != nil {
+			s.Metrics.Requests.WithLabelValues(route, r.Method, strconv.Itoa(w.code)).Inc()
+			s.Metrics.Latency.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		}
+	})
+}
+
+// authenticate checks the bearer token and returns its tenant.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	auth := r.Header.Get("Authorization")
+	secret, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || secret == "" {
+		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "missing bearer token (set COMPUTER_TOKEN; create one with `computerd token create TENANT`)"}
+	}
+	tenant, err := s.Store.TokenTenant(r.Context(), strings.TrimSpace(secret))
+	if errors.Is(err, fsstore.ErrBadToken) {
+		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "invalid or revoked token"}
+	}
+	return tenant, err
+}
+
+// httpError is an error with its HTTP answer decided.
+type httpError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, code: wire.CodeInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	var he *httpError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &he):
+		return he.status
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, fsstore.ErrNotFound), errors.Is(err, fsstore.ErrWorkspaceNotFound), errors.Is(err, fsstore.ErrUnknownRevision):
+		return http.StatusNotFound
+	case errors.Is(err, fsstore.ErrExists), errors.Is(err, fsstore.ErrWorkspaceExists), errors.Is(err, fsstore.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, fsstore.ErrNotDir), errors.Is(err, fsstore.ErrIsDir), errors.Is(err, fsstore.ErrNotEmpty),
+		errors.Is(err, fsstore.ErrInvalidPath), errors.Is(err, fsstore.ErrInvalidArgument):
+		return http.StatusBadRequest
+	case errors.Is(err, fsstore.ErrClosed), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := statusOf(err)
+	body := wire.Error{Message: err.Error()}
+	var he *httpError
+	var ce *fsstore.ConflictError
+	switch {
+	case errors.As(err, &he):
+		body.Code = he.code
+	case status == http.StatusRequestEntityTooLarge:
+		body.Code = wire.CodeTooLarge
+	case errors.As(err, &ce):
+		body.Code = wire.CodeConflict
+		body.Paths = ce.Paths
+	case status == http.StatusNotFound:
+		body.Code = wire.CodeNotFound
+	case status == http.StatusConflict:
+		body.Code = wire.CodeExists
+	case status == http.StatusBadRequest:
+		body.Code = wire.CodeInvalid
+	case status == http.StatusServiceUnavailable:
+		body.Code = wire.CodeUnavailable
+	default:
+		body.Code = wire.CodeInternal
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Length")
+	w.Header().Del("Content-Disposition")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+// readJSON decodes a bounded JSON body into v, refusing unknown fields.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.Limits.MaxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
+				msg: fmt.Sprintf("request body over the limit of %d bytes", s.Limits.MaxJSONBody)}
+		}
+		return badRequest("bad JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("bad JSON body: trailing data")
+	}
+	return nil
+}
+
+// workspace resolves {ws} among the caller's workspaces. Another tenant's
+// workspace is not found, so names do not leak.
+func (s *Server) workspace(r *http.Request) (fsstore.Workspace, error) {
+	return s.Store.Workspace(r.Context(), tenantOf(r.Context()), r.PathValue("ws"))
+}
+
+// intParam parses an optional integer query parameter.
+func intParam(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("query parameter %s=%q: want a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+func boolParam(r *http.Request, name string) bool {
+	switch r.URL.Query().Get(name) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// snapshot opens {ws} at ?rev= (head when absent).
+func (s *Server) snapshot(r *http.Request) (*fsstore.Snapshot, error) {
+	ws, err := s.workspace(r)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := intParam(r, "rev", fsstore.Head)
+	if err != nil {
+		return nil, err
+	}
+	return s.Store.Snapshot(r.Context(), ws.ID, rev)
+}
+
+// commitInfo is the record of an API mutation by the caller.
+func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo {
+	return fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message}
+}
+
+// answerRevision reports a committed revision.
+func (s *Server) answerRevision(w http.ResponseWriter, status int, rev fsstore.Revision) error {
+	s.Metrics.Committed(rev)
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
+	return writeJSON(w, status, rev)
+}
+
+// drain discards the rest of a body so a keep-alive connection stays usable.
+func drain(r io.Reader) { io.Copy(io.Discard, io.LimitReader(r, 1<<20)) }

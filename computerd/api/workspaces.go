@@ -1,0 +1,189 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// createMu makes the per-tenant workspace count check and the create one step.
+var createMu sync.Mutex
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.Store.Workspaces(r.Context(), tenantOf(r.Context()))
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []fsstore.Workspace{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+// checkQuota refuses a new workspace when the tenant has MaxWorkspaces already.
+func (s *Server) checkQuota(r *http.Request) error {
+	list, err := s.Store.Workspaces(r.Context(), tenantOf(r.Context()))
+	if err != nil {
+		return err
+	}
+	if len(list) >= s.Limits.MaxWorkspaces {
+		return &httpError{status: http.StatusForbidden, code: wire.CodeLimit,
+			msg: fmt.Sprintf("tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)}
+	}
+	return nil
+}
+
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
+	var req wire.CreateWorkspace
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	createMu.Lock()
+	defer createMu.Unlock()
+	if err := s.checkQuota(r); err != nil {
+		return err
+	}
+	ws, err := s.Store.CreateWorkspace(r.Context(), tenantOf(r.Context()), req.Name)
+	if err != nil {
+		return err
+	}
+	s.Metrics.Committed(fsstore.Revision{Rev: 1, Source: fsstore.SourceCreate})
+	return writeJSON(w, http.StatusCreated, ws)
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ws)
+}
+
+func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	if err := s.Store.DeleteWorkspace(r.Context(), ws.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
+	var req wire.Fork
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	src, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	createMu.Lock()
+	defer createMu.Unlock()
+	if err := s.checkQuota(r); err != nil {
+		return err
+	}
+	ws, err := s.Store.Fork(r.Context(), src.ID, req.Rev, req.Name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, ws)
+}
+
+func (s *Server) log(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(r, "limit", 0)
+	if err != nil {
+		return err
+	}
+	revs, err := s.Store.Log(r.Context(), ws.ID, int(limit))
+	if err != nil {
+		return err
+	}
+	if revs == nil {
+		revs = []fsstore.Revision{}
+	}
+	return writeJSON(w, http.StatusOK, revs)
+}
+
+// diff answers ?from=&to=&format=unified|stat|changeset (to defaults to the
+// head, from to the revision before to).
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	to, err := intParam(r, "to", ws.Head)
+	if err != nil {
+		return err
+	}
+	if to == fsstore.Head {
+		to = ws.Head
+	}
+	from, err := intParam(r, "from", max(to-1, 1))
+	if err != nil {
+		return err
+	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "unified":
+		// Check both ends first, so a bad revision is a clean error, not a cut stream.
+		if _, err := s.Store.DiffFiles(r.Context(), ws.ID, from, to); err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
+		return s.Store.WriteDiff(r.Context(), w, ws.ID, from, to)
+	case "stat":
+		files, err := s.Store.DiffFiles(r.Context(), ws.ID, from, to)
+		if err != nil {
+			return err
+		}
+		if files == nil {
+			files = []fsstore.FileChange{}
+		}
+		return writeJSON(w, http.StatusOK, files)
+	case "changeset":
+		cs, err := s.Store.Diff(r.Context(), ws.ID, from, to)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, cs)
+	default:
+		return badRequest("format=%q: want unified, stat or changeset", f)
+	}
+}
+
+func (s *Server) restore(w http.ResponseWriter, r *http.Request) error {
+	var req wire.Restore
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Rev <= 0 {
+		return badRequest("restore: rev is required")
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	info := commitInfo(r, 0, fmt.Sprintf("restore %s from revision %d", displayPath(req.Path), req.Rev))
+	info.Source = fsstore.SourceRestore
+	rev, err := s.Store.Restore(r.Context(), ws.ID, req.Rev, req.Path, info)
+	if err != nil {
+		return err
+	}
+	return s.answerRevision(w, http.StatusOK, rev)
+}
+
+func displayPath(p string) string {
+	if p == "" || p == "/" || p == "." {
+		return "/"
+	}
+	return p
+}

@@ -1,0 +1,130 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"computerd/computerd/api"
+	"computerd/computerd/daemon"
+	"computerd/fsstore"
+)
+
+// serveCommand runs the daemon until SIGINT or SIGTERM.
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve the API (and metrics) from a data directory",
+		Flags: []cli.Flag{
+			dataFlag,
+			&cli.StringFlag{Name: "listen", Usage: "API address", Value: daemon.DefaultListen, EnvVars: []string{"COMPUTERD_LISTEN"}},
+			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: "127.0.0.1:7778", EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
+			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: 1000},
+			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: 8 << 20},
+			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: 8 << 30},
+			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls may finish after SIGINT/SIGTERM", Value: 30 * time.Second},
+			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
+			&cli.BoolFlag{Name: "quiet", Usage: "log warnings and errors only"},
+		},
+		Action: serve,
+	}
+}
+
+func serve(c *cli.Context) error {
+	level := slog.LevelInfo
+	if c.Bool("quiet") {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	d, err := daemon.Start(c.Context, daemon.Config{
+		DataDir:       c.String("data"),
+		Listen:        c.String("listen"),
+		MetricsListen: c.String("metrics-listen"),
+		Log:           log,
+		SyncFull:      c.Bool("sync-full"),
+		Limits: api.Limits{
+			MaxJSONBody:   c.Int64("max-body"),
+			MaxUpload:     c.Int64("max-upload"),
+			MaxWorkspaces: c.Int("max-workspaces"),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-d.Wait():
+		d.Close()
+		return err
+	case <-c.Context.Done():
+	}
+	// From here a second SIGINT/SIGTERM takes the default action and ends
+	// the process at once; the store is crash-safe, so that loses nothing
+	// acknowledged.
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+	log.Info("shutting down: finishing calls in flight", "grace", c.Duration("shutdown-grace"))
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-grace"))
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// tokenCommand manages bearer tokens in the data directory.
+func tokenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "token",
+		Usage: "manage API bearer tokens",
+		Subcommands: []*cli.Command{
+			{
+				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
+				Flags: []cli.Flag{dataFlag, jsonFlag},
+				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+					if c.NArg() != 1 {
+						return fmt.Errorf("usage: computerd token create TENANT")
+					}
+					secret, tok, err := s.CreateToken(c.Context, c.Args().First())
+					if err != nil {
+						return err
+					}
+					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "created": tok.Created},
+						func(w io.Writer) { fmt.Fprintln(w, secret) })
+				}),
+			},
+			{
+				Name: "ls", Usage: "list tokens (ids and tenants; secrets are not stored)",
+				Flags: []cli.Flag{dataFlag, jsonFlag},
+				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+					toks, err := s.Tokens(c.Context)
+					if err != nil {
+						return err
+					}
+					return output(c, toks, func(w io.Writer) {
+						for _, t := range toks {
+							state := "active"
+							if t.Revoked {
+								state = "revoked"
+							}
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Created.Format(time.RFC3339), state)
+						}
+					})
+				}),
+			},
+			{
+				Name: "revoke", Usage: "revoke the token with ID", ArgsUsage: "ID",
+				Flags: []cli.Flag{dataFlag},
+				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+					return s.RevokeToken(c.Context, c.Args().First())
+				}),
+			},
+		},
+	}
+}

@@ -1,0 +1,160 @@
+// Package daemon assembles a running computerd: the store, the API server,
+// the metrics endpoint, and their orderly start and stop. Tests and
+// benchmarks start one in-process with Start.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"computerd/computerd/api"
+	"computerd/computerd/metrics"
+	"computerd/fsstore"
+)
+
+// Config says where a daemon keeps its data and listens.
+type Config struct {
+	// DataDir holds the store; created 0700 if missing.
+	DataDir string
+	// Listen is the API address (default 127.0.0.1:7777; ":0" picks a free port).
+	Listen string
+	// MetricsListen is the Prometheus address ("" for none).
+	MetricsListen string
+	// Limits bound callers (zero values take the API's defaults).
+	Limits api.Limits
+	// Log receives the daemon's log (default: discard).
+	Log *slog.Logger
+	// SyncFull makes every commit fsync (survives power loss, not only crashes).
+	SyncFull bool
+}
+
+// DefaultListen is the API's default address: loopback only.
+const DefaultListen = "127.0.0.1:7777"
+
+// Daemon is a running computerd.
+type Daemon struct {
+	Store   *fsstore.Store
+	Metrics *metrics.Metrics
+
+	cfg      Config
+	lock     *os.File
+	api      *http.Server
+	apiLn    net.Listener
+	metrics  *http.Server
+	metricLn net.Listener
+	served   chan error
+}
+
+// Start opens the store (recovering from any crash), takes the data
+// directory's lock, and starts serving.
+func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	d := &Daemon{cfg: cfg, Metrics: metrics.New(), served: make(chan error, 2)}
+	var err error
+	if d.lock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	d.Store = fsstore.New(cfg.DataDir)
+	d.Store.SyncFull = cfg.SyncFull
+	if err := d.Store.Open(ctx); err != nil {
+		d.lock.Close()
+		return nil, err
+	}
+	d.Metrics.WatchStore(d.Store)
+	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log}
+	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		d.closeStore()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", d.Metrics.Handler())
+		d.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		if d.metricLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			d.apiLn.Close()
+			d.closeStore()
+			return nil, fmt.Errorf("metrics listen: %w", err)
+		}
+		go func() { d.served <- serve(d.metrics, d.metricLn) }()
+	}
+	go func() { d.served <- serve(d.api, d.apiLn) }()
+	cfg.Log.Info("serving", "api", d.URL(), "metrics", d.MetricsURL(), "data", cfg.DataDir)
+	return d, nil
+}
+
+func serve(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// lockDir takes an exclusive lock on DIR/lock so two daemons never share a store.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is in use by another computerd: %w", dir, err)
+	}
+	return f, nil
+}
+
+// URL is the API's base URL.
+func (d *Daemon) URL() string { return "http://" + d.apiLn.Addr().String() }
+
+// MetricsURL is the metrics endpoint's URL ("" when disabled).
+func (d *Daemon) MetricsURL() string {
+	if d.metricLn == nil {
+		return ""
+	}
+	return "http://" + d.metricLn.Addr().String() + "/metrics"
+}
+
+// Wait returns when a listener fails (or after Shutdown).
+func (d *Daemon) Wait() <-chan error { return d.served }
+
+// Shutdown stops accepting calls, lets those in flight finish until ctx
+// ends (then cuts them), and closes the store.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	err := d.api.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		d.api.Close()
+	}
+	if d.metrics != nil {
+		d.metrics.Close()
+	}
+	return errors.Join(err, d.closeStore())
+}
+
+// Close stops at once: open calls are cut. Committed revisions are safe anyway.
+func (d *Daemon) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return d.Shutdown(ctx)
+}
+
+func (d *Daemon) closeStore() error {
+	err := d.Store.Close()
+	d.lock.Close()
+	return err
+}

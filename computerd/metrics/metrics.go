@@ -1,0 +1,114 @@
+// Package metrics holds computerd's Prometheus collectors on a dedicated
+// registry (never the global one), served on --metrics-listen.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"computerd/fsstore"
+)
+
+// Metrics are the collectors every part of computerd reports to.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Requests counts API calls by route pattern, method and status code.
+	Requests *prometheus.CounterVec
+	// Latency observes API call durations by route pattern and method.
+	Latency *prometheus.HistogramVec
+	// Revisions counts committed revisions by source (api, exec, mount, ...).
+	Revisions *prometheus.CounterVec
+}
+
+// New makes the collectors and registers them, with Go and process collectors,
+// on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "computerd_http_requests_total",
+			Help: "API requests by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "computerd_http_request_duration_seconds",
+			Help:    "API request latency by route and method (until the body is written).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+		}, []string{"route", "method"}),
+		Revisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "computerd_revisions_committed_total",
+			Help: "Revisions committed by this process, by source.",
+		}, []string{"source"}),
+	}
+	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Committed records one revision.
+func (m *Metrics) Committed(r fsstore.Revision) {
+	if m != nil && r.Rev > 0 {
+		m.Revisions.WithLabelValues(string(r.Source)).Inc()
+	}
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// WatchStore adds gauges read from the store's Stats at scrape time (cached
+// for a second, so scrapes stay cheap).
+func (m *Metrics) WatchStore(s *fsstore.Store) {
+	m.Registry.MustRegister(&storeCollector{store: s})
+}
+
+var (
+	workspacesDesc = prometheus.NewDesc("computerd_workspaces", "Live workspaces, every tenant.", nil, nil)
+	revisionsDesc  = prometheus.NewDesc("computerd_revisions_retained", "Revisions retained in the store.", nil, nil)
+	chunksDesc     = prometheus.NewDesc("computerd_store_chunks", "Unique content chunks in the store.", nil, nil)
+	bytesDesc      = prometheus.NewDesc("computerd_store_bytes", "Store size: logical (unique content) and physical (database files on disk).", []string{"kind"}, nil)
+)
+
+type storeCollector struct {
+	store *fsstore.Store
+	mu    sync.Mutex
+	at    time.Time
+	last  fsstore.Stats
+	err   error
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- workspacesDesc
+	ch <- revisionsDesc
+	ch <- chunksDesc
+	ch <- bytesDesc
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	if time.Since(c.at) > time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.last, c.err = c.store.Stats(ctx)
+		cancel()
+		c.at = time.Now()
+	}
+	st, err := c.last, c.err
+	c.mu.Unlock()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(workspacesDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(workspacesDesc, prometheus.GaugeValue, float64(st.Workspaces))
+	ch <- prometheus.MustNewConstMetric(revisionsDesc, prometheus.GaugeValue, float64(st.Revisions))
+	ch <- prometheus.MustNewConstMetric(chunksDesc, prometheus.GaugeValue, float64(st.Chunks))
+	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.LogicalBytes), "logical")
+	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.PhysicalBytes), "physical")
+}

@@ -1,0 +1,91 @@
+// Package wire defines the JSON bodies of computerd's HTTP API (v1), shared
+// by the server (computerd/api) and the client (agentctl/client).
+package wire
+
+import "computerd/fsstore"
+
+// Version is the API version in every path: /v1/...
+const Version = "v1"
+
+// Header names the API uses besides the standard ones.
+const (
+	// HeaderRevision carries the revision a read was served from, or the
+	// revision a write committed.
+	HeaderRevision = "Computerd-Revision"
+	// HeaderIdempotencyKey makes a retried mutation return the first answer.
+	HeaderIdempotencyKey = "Idempotency-Key"
+)
+
+// Error is the body of every failed call.
+type Error struct {
+	Code    string   `json:"code"`            // machine-readable: not_found, exists, invalid, conflict, ...
+	Message string   `json:"error"`           // human-readable, shown by agentctl
+	Paths   []string `json:"paths,omitempty"` // for conflicts: the paths that changed since the base
+}
+
+// Error codes.
+const (
+	CodeNotFound     = "not_found"
+	CodeExists       = "exists"
+	CodeInvalid      = "invalid"
+	CodeConflict     = "conflict"
+	CodeUnauthorized = "unauthorized"
+	CodeTooLarge     = "too_large"
+	CodeLimit        = "limit_exceeded"
+	CodeInternal     = "internal"
+	CodeUnavailable  = "unavailable"
+)
+
+// CreateWorkspace is the body of POST /v1/workspaces.
+type CreateWorkspace struct {
+	Name string `json:"name"`
+}
+
+// Fork is the body of POST /v1/workspaces/{ws}/fork.
+type Fork struct {
+	Name string `json:"name"`
+	Rev  int64  `json:"rev,omitempty"` // 0: head
+}
+
+// Ops is the body of POST /v1/workspaces/{ws}/ops: a batch committed as one revision.
+type Ops struct {
+	Ops     []fsstore.Op `json:"ops"`
+	Base    int64        `json:"base,omitempty"` // fail with a conflict if these paths changed after Base
+	Message string       `json:"message,omitempty"`
+}
+
+// Edit is the body of POST /v1/workspaces/{ws}/edit: replace Old by New in Path.
+type Edit struct {
+	Path string `json:"path"`
+	Old  string `json:"old"`
+	New  string `json:"new"`
+	All  bool   `json:"all,omitempty"` // replace every match; otherwise exactly one must exist
+}
+
+// EditResult answers an Edit.
+type EditResult struct {
+	Revision     fsstore.Revision `json:"revision"`
+	Replacements int              `json:"replacements"`
+}
+
+// Restore is the body of POST /v1/workspaces/{ws}/restore.
+type Restore struct {
+	Rev  int64  `json:"rev"`
+	Path string `json:"path,omitempty"` // empty: the whole tree
+}
+
+// Match is one line of GET /v1/workspaces/{ws}/grep's NDJSON answer.
+type Match struct {
+	Path    string `json:"path"`
+	Line    int    `json:"line"`
+	Text    string `json:"text"`
+	Context bool   `json:"context,omitempty"` // a context line, not a match
+	Break   bool   `json:"break,omitempty"`   // a gap between groups of lines ("--")
+}
+
+// AttachResult answers POST /v1/workspaces/{ws}/attach.
+type AttachResult struct {
+	Revision fsstore.Revision `json:"revision"`
+	Files    int              `json:"files"`
+	Bytes    int64            `json:"bytes"`
+}
