@@ -45,13 +45,27 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }
 
-// escapePath escapes each segment of a workspace path for a URL.
-func escapePath(p string) string {
-	segs := strings.Split(strings.Trim(p, "/"), "/")
+// escapePath validates a workspace path and escapes each segment for a
+// URL; "." and ".." never reach the server (whose router would clean them).
+func escapePath(p string) (string, error) {
+	clean, err := fsstore.CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	segs := strings.Split(clean, "/")
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
-	return strings.Join(segs, "/")
+	return strings.Join(segs, "/"), nil
+}
+
+// fileURL is the URL path of p under one of a workspace's path routes.
+func fileURL(ws, route, p string) (string, error) {
+	e, err := escapePath(p)
+	if err != nil {
+		return "", err
+	}
+	return wsPath(ws, route, e), nil
 }
 
 func wsPath(ws string, rest ...string) string {
@@ -229,7 +243,11 @@ func (c *Client) Read(ctx context.Context, ws, p string, opt ReadOptions) (io.Re
 	if opt.Lines > 0 {
 		q.Set("lines", strconv.FormatInt(opt.Lines, 10))
 	}
-	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/files/", escapePath(p)), query: q})
+	u, err := fileURL(ws, "/files/", p)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(ctx, request{method: "GET", path: u, query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +273,11 @@ func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt Write
 	if opt.NoParents {
 		q.Set("parents", "0")
 	}
-	resp, err := c.do(ctx, request{method: "PUT", path: wsPath(ws, "/files/", escapePath(p)), query: q, body: r, ctype: "application/octet-stream"})
+	u, err := fileURL(ws, "/files/", p)
+	if err != nil {
+		return fsstore.Revision{}, err
+	}
+	resp, err := c.do(ctx, request{method: "PUT", path: u, query: q, body: r, ctype: "application/octet-stream"})
 	if err != nil {
 		return fsstore.Revision{}, err
 	}
@@ -267,7 +289,11 @@ func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt Write
 // Stat describes p.
 func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (fsstore.Stat, error) {
 	var out fsstore.Stat
-	return out, c.call(ctx, "GET", wsPath(ws, "/stat/", escapePath(p)), revQuery(rev), nil, &out)
+	u, err := fileURL(ws, "/stat/", p)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, "GET", u, revQuery(rev), nil, &out)
 }
 
 // List returns the entries of directory p (or p itself if it is not one).
@@ -277,7 +303,11 @@ func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bo
 		q.Set("recursive", "1")
 	}
 	var out []fsstore.Stat
-	return out, c.call(ctx, "GET", wsPath(ws, "/list/", escapePath(p)), q, nil, &out)
+	u, err := fileURL(ws, "/list/", p)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, "GET", u, q, nil, &out)
 }
 
 // Ops commits a batch of ops as one revision.

@@ -150,7 +150,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 func (d *Daemon) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	return d.Shutdown(ctx)
+	if err := d.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 func (d *Daemon) closeStore() error {

@@ -5,7 +5,6 @@ package metrics
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,8 +63,8 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// WatchStore adds gauges read from the store's Stats at scrape time (cached
-// for a second, so scrapes stay cheap).
+// WatchStore adds gauges read from the store's Stats at scrape time (a few
+// index-only counts and two file sizes).
 func (m *Metrics) WatchStore(s *fsstore.Store) {
 	m.Registry.MustRegister(&storeCollector{store: s})
 }
@@ -79,10 +78,6 @@ var (
 
 type storeCollector struct {
 	store *fsstore.Store
-	mu    sync.Mutex
-	at    time.Time
-	last  fsstore.Stats
-	err   error
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -93,15 +88,9 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	if time.Since(c.at) > time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c.last, c.err = c.store.Stats(ctx)
-		cancel()
-		c.at = time.Now()
-	}
-	st, err := c.last, c.err
-	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := c.store.Stats(ctx)
+	cancel()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(workspacesDesc, err)
 		return

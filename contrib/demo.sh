@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The main job end to end: start computerd on a fresh data dir, create a
+# workspace, attach a small project, change it through the file tools, and
+# show the log and the diff. Run through `make demo`.
+set -euo pipefail
+BIN=${BIN:-bin}
+DEMO=${DEMO:-.demo}
+PORT=${PORT:-7787}
+rm -rf "$DEMO" && mkdir -p "$DEMO/src/pkg"
+printf 'package pkg\n\nfunc Hello() string { return "hello" }\n' > "$DEMO/src/pkg/hello.go"
+printf '# demo\n' > "$DEMO/src/README.md"
+
+"$BIN/computerd" serve --data "$DEMO/data" --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$((PORT + 1))" --quiet &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
+export COMPUTER_URL="http://127.0.0.1:$PORT"
+export COMPUTER_TOKEN=$("$BIN/computerd" token create --data "$DEMO/data" demo)
+for _ in $(seq 50); do curl -fs -o /dev/null "http://127.0.0.1:$((PORT + 1))/metrics" && break; sleep 0.1; done
+
+run() { echo "\$ agentctl $*"; "$BIN/agentctl" "$@"; echo; }
+run ws create demo
+run attach demo "$DEMO/src"
+echo 'hello from agentctl' | run write demo notes/todo.txt
+run edit demo pkg/hello.go --old '"hello"' --new '"hello, world"'
+run grep -n demo hello
+run ls -R demo
+run log demo
+run diff demo 2
+run diff --stat demo 2
+echo "\$ curl metrics | grep computerd_revisions"
+curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep '^computerd_revisions'

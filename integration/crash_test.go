@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"computerd/agentctl/client"
+	daemoncmd "computerd/computerd/command"
+)
+
+// TestMain lets the test binary play a computerd process: with
+// COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("COMPUTERD_TEST_SERVE"); dir != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := daemoncmd.Run(ctx, []string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "computerd:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child is a computerd process serving dir.
+type child struct {
+	cmd *exec.Cmd
+	url string
+}
+
+var servingRE = regexp.MustCompile(`api=(http://\S+)`)
+
+// startChild starts a computerd process on dir and waits until it serves.
+func startChild(t *testing.T, dir string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "COMPUTERD_TEST_SERVE="+dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case u := <-urls:
+		return &child{cmd: cmd, url: u}
+	case <-time.After(20 * time.Second):
+		t.Fatal("computerd child did not start serving")
+		return nil
+	}
+}
+
+// writeStream writes files through the API until it fails, recording each
+// acknowledged write's content.
+func writeStream(cl *client.Client, ws string, acked map[string]string, mu *sync.Mutex, round int) {
+	for i := 0; ; i++ {
+		p := fmt.Sprintf("r%d/f%05d", round, i)
+		content := strings.Repeat(fmt.Sprintf("%s ", p), 1+i%50)
+		if _, err := cl.Write(context.Background(), ws, p, strings.NewReader(content), client.WriteOptions{}); err != nil {
+			return
+		}
+		mu.Lock()
+		acked[p] = content
+		mu.Unlock()
+	}
+}
+
+// checkAcked reads every acknowledged write back from a fresh process.
+func checkAcked(t *testing.T, cl *client.Client, ws string, acked map[string]string) {
+	t.Helper()
+	for p, want := range acked {
+		r, err := cl.Read(context.Background(), ws, p, client.ReadOptions{})
+		if err != nil {
+			t.Fatalf("acknowledged write %s lost: %v", p, err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(got) != want {
+			t.Fatalf("acknowledged write %s reads %q (%v), want %q", p, got, err, want)
+		}
+	}
+}
+
+// TestKill9 kills a computerd process with SIGKILL during a stream of
+// writes, restarts it, and checks that every acknowledged write is there.
+func TestKill9(t *testing.T) {
+	dir := t.TempDir()
+	token := tokenFor(t, dir, "alice")
+	acked := map[string]string{}
+	var mu sync.Mutex
+	for round := range 4 {
+		c := startChild(t, dir)
+		cl := client.New(c.url, token)
+		if round == 0 {
+			if _, err := cl.CreateWorkspace(context.Background(), "w"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkAcked(t, cl, "w", acked)
+		done := make(chan struct{})
+		go func() { writeStream(cl, "w", acked, &mu, round); close(done) }()
+		time.Sleep(time.Duration(300+200*round) * time.Millisecond)
+		c.cmd.Process.Signal(syscall.SIGKILL)
+		c.cmd.Wait()
+		<-done
+	}
+	c := startChild(t, dir)
+	checkAcked(t, client.New(c.url, token), "w", acked)
+	if len(acked) < 20 {
+		t.Fatalf("only %d writes acknowledged: the test did not exercise much", len(acked))
+	}
+	t.Logf("%d acknowledged writes survived 4 kills", len(acked))
+}
+
+// TestGracefulShutdown stops a computerd process with SIGTERM during writes:
+// it exits cleanly, and every acknowledged write is there after a restart.
+func TestGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	token := tokenFor(t, dir, "alice")
+	c := startChild(t, dir)
+	cl := client.New(c.url, token)
+	if _, err := cl.CreateWorkspace(context.Background(), "w"); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]string{}
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() { writeStream(cl, "w", acked, &mu, 0); close(done) }()
+	time.Sleep(300 * time.Millisecond)
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("computerd after SIGTERM: %v, want a clean exit", err)
+	}
+	<-done
+	c2 := startChild(t, dir)
+	checkAcked(t, client.New(c2.url, token), "w", acked)
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+}
+
+// tokenFor creates a token in dir through `computerd token create`.
+func tokenFor(t *testing.T, dir, tenant string) string {
+	t.Helper()
+	var out strings.Builder
+	if err := daemoncmd.Run(context.Background(), []string{"computerd", "token", "create", "--data", dir, tenant}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out.String())
+}

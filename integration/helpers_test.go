@@ -1,0 +1,148 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	agentcmd "computerd/agentctl/command"
+	"computerd/computerd/api"
+	"computerd/computerd/daemon"
+	"computerd/fsstore"
+)
+
+// env is one in-process computerd and a tenant's token for it.
+type env struct {
+	t     *testing.T
+	d     *daemon.Daemon
+	dir   string
+	token string
+}
+
+// start runs a daemon on a random port with a fresh data directory.
+func start(t *testing.T, limits api.Limits) *env {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close daemon: %v", err)
+		}
+	})
+	e := &env{t: t, d: d, dir: dir}
+	e.token = e.newToken("alice")
+	return e
+}
+
+// newToken creates a token for tenant through `computerd token create`.
+func (e *env) newToken(tenant string) string {
+	e.t.Helper()
+	return tokenFor(e.t, e.dir, tenant)
+}
+
+// run runs agentctl with args as the default tenant, stdin optional.
+func (e *env) run(stdin io.Reader, args ...string) (string, string, error) {
+	return e.runAs(e.token, stdin, args...)
+}
+
+func (e *env) runAs(token string, stdin io.Reader, args ...string) (string, string, error) {
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	var out, errb bytes.Buffer
+	full := append([]string{"agentctl", "--server", e.d.URL(), "--token", token}, args...)
+	err := agentcmd.Run(context.Background(), full, agentcmd.IO{Stdin: stdin, Stdout: &out, Stderr: &errb})
+	return out.String(), errb.String(), err
+}
+
+// ok runs agentctl and fails the test unless it succeeds; it returns stdout.
+func (e *env) ok(args ...string) string {
+	e.t.Helper()
+	out, errs, err := e.run(nil, args...)
+	if err != nil {
+		e.t.Fatalf("agentctl %s: %v\nstderr: %s", strings.Join(args, " "), err, errs)
+	}
+	return out
+}
+
+// write stores content at p through `agentctl write`.
+func (e *env) write(ws, p, content string) {
+	e.t.Helper()
+	if _, errs, err := e.run(strings.NewReader(content), "write", ws, p); err != nil {
+		e.t.Fatalf("write %s: %v %s", p, err, errs)
+	}
+}
+
+// fails runs agentctl, expects an error whose message contains want, and
+// checks that the workspace's head did not move.
+func (e *env) fails(ws, want string, args ...string) {
+	e.t.Helper()
+	e.failsAs(e.token, ws, want, nil, args...)
+}
+
+func (e *env) failsAs(token, ws, want string, stdin io.Reader, args ...string) {
+	e.t.Helper()
+	before := e.head(ws)
+	out, _, err := e.runAs(token, stdin, args...)
+	if err == nil {
+		e.t.Fatalf("agentctl %s: succeeded (%q), want error %q", strings.Join(args, " "), out, want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		e.t.Fatalf("agentctl %s: error %q, want it to contain %q", strings.Join(args, " "), err, want)
+	}
+	if after := e.head(ws); after != before {
+		e.t.Fatalf("agentctl %s failed but moved %s's head from %d to %d", strings.Join(args, " "), ws, before, after)
+	}
+}
+
+// head is ws's head revision for tenant alice (0 if it does not exist).
+func (e *env) head(ws string) int64 {
+	e.t.Helper()
+	if ws == "" {
+		return 0
+	}
+	w, err := e.d.Store.Workspace(context.Background(), "alice", ws)
+	if err != nil {
+		return 0
+	}
+	return w.Head
+}
+
+// tree reads ws's head tree straight from the store: path -> content
+// (directories as "dir", symlinks as "-> target").
+func (e *env) tree(ws string) map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	w, err := e.d.Store.Workspace(ctx, "alice", ws)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sn, err := e.d.Store.Snapshot(ctx, w.ID, fsstore.Head)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	err = sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+		switch {
+		case p == "":
+		case st.IsDir():
+			out[p] = "dir"
+		case r == nil:
+			out[p] = "-> " + st.Target
+		default:
+			b, err := io.ReadAll(r)
+			out[p] = string(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
