@@ -194,8 +194,8 @@ func writeTar(w io.Writer, dir string, files []string) error {
 
 // export writes a tar archive of the workspace.
 func export(c *cli.Context) error {
-	if c.Bool("json") {
-		return fmt.Errorf("export writes a tar archive; --json does not apply")
+	if c.Bool("json") && c.String("output") == "" {
+		return fmt.Errorf("export --json needs --output FILE: the archive goes there and a summary to stdout")
 	}
 	body, err := clientOf(c).Export(c.Context, c.Args().First(), client.ExportOptions{
 		Rev: c.Int64("rev"), Path: c.String("path"), Gzip: c.Bool("gzip"),
@@ -218,9 +218,12 @@ func export(c *cli.Context) error {
 		bar = newProgress(c.App.ErrWriter, "export", 0)
 		out = io.MultiWriter(out, bar)
 	}
-	_, err = io.Copy(out, body)
+	n, err := io.Copy(out, body)
 	bar.done()
-	return err
+	if err != nil || !c.Bool("json") {
+		return err
+	}
+	return output(c, map[string]any{"output": c.String("output"), "bytes": n}, nil)
 }
 
 // isTerminal reports whether w is a terminal.

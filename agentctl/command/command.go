@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -142,6 +143,7 @@ func commands() []*cli.Command {
 			&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Usage: "at most this many"}),
 		cmd("diff", "show changes between revisions (default: the last one)", "WS [R1 [R2]]", 1, 3, diff,
 			&cli.BoolFlag{Name: "stat", Usage: "a summary per file"}),
+		cmd("completion", "print a bash or zsh completion script: source <(agentctl completion bash)", "bash|zsh", 1, 1, completion),
 		cmd("restore", "bring back PATH (or everything) as it was at --rev (one revision)", "WS [PATH]", 1, 2, restore,
 			&cli.Int64Flag{Name: "rev", Aliases: []string{"r"}, Usage: "revision to restore from", Required: true}),
 	}
@@ -217,18 +219,34 @@ func wsFork(c *cli.Context) error {
 	return output(c, ws, func(w io.Writer) { fmt.Fprintf(w, "forked %s from %s\n", ws.Name, c.Args().Get(0)) })
 }
 
+// maxJSONRead bounds the file read --json puts in one JSON string.
+const maxJSONRead = 64 << 20
+
 func read(c *cli.Context) error {
-	if c.Bool("json") {
-		return fmt.Errorf("read prints the file's bytes; use `agentctl stat --json` for metadata")
-	}
 	body, err := clientOf(c).Read(c.Context, c.Args().Get(0), c.Args().Get(1),
 		client.ReadOptions{Rev: c.Int64("rev"), Line: c.Int64("offset"), Lines: c.Int64("limit")})
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	_, err = io.Copy(c.App.Writer, body)
-	return err
+	if !c.Bool("json") {
+		_, err = io.Copy(c.App.Writer, body)
+		return err
+	}
+	data, err := io.ReadAll(io.LimitReader(body, maxJSONRead+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > maxJSONRead {
+		return fmt.Errorf("read --json: over %d bytes; read without --json to stream it", maxJSONRead)
+	}
+	out := map[string]any{"path": c.Args().Get(1)}
+	if utf8.Valid(data) {
+		out["content"] = string(data)
+	} else {
+		out["content_base64"] = data
+	}
+	return output(c, out, nil)
 }
 
 func write(c *cli.Context) error {
@@ -499,4 +517,31 @@ func restore(c *cli.Context) error {
 		return err
 	}
 	return revision(c, rev)
+}
+
+// completion prints a shell function that asks agentctl itself for
+// candidates (urfave/cli's --generate-bash-completion).
+func completion(c *cli.Context) error {
+	switch c.Args().First() {
+	case "bash":
+		fmt.Fprint(c.App.Writer, `_agentctl_complete() {
+	local words=("${COMP_WORDS[@]:0:COMP_CWORD}")
+	local IFS=$'\n'
+	COMPREPLY=($(compgen -W "$("${words[@]}" --generate-bash-completion 2>/dev/null)" -- "${COMP_WORDS[COMP_CWORD]}"))
+}
+complete -o default -F _agentctl_complete agentctl
+`)
+	case "zsh":
+		fmt.Fprint(c.App.Writer, `#compdef agentctl
+_agentctl() {
+	local -a opts
+	opts=("${(@f)$(${words[@]:0:$((CURRENT-1))} --generate-bash-completion 2>/dev/null)}")
+	_describe 'values' opts
+}
+compdef _agentctl agentctl
+`)
+	default:
+		return fmt.Errorf("completion: want bash or zsh")
+	}
+	return nil
 }
