@@ -1,0 +1,193 @@
+package fsstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Exec states in the journal.
+const (
+	ExecRunning     = "running"     // started, not ended
+	ExecExited      = "exited"      // the command exited by itself (any status)
+	ExecKilled      = "killed"      // ended by a signal (a kill request, OOM, ...)
+	ExecTimeout     = "timeout"     // killed at its deadline
+	ExecInterrupted = "interrupted" // computerd died while it ran
+	ExecFailed      = "failed"      // could not start, or its result could not be committed
+	ExecPending     = "pending"     // ended; its changes wait to reach the home (executor)
+)
+
+// Exec is the journal record of one command run in a sandbox.
+type Exec struct {
+	ID       string    `json:"id"`
+	Tenant   string    `json:"tenant"`
+	WS       int64     `json:"ws"`
+	WSName   string    `json:"workspace"`
+	Key      string    `json:"key,omitempty"` // idempotency key
+	Argv     []string  `json:"argv"`
+	Cwd      string    `json:"cwd,omitempty"`
+	EnvNames []string  `json:"env_names,omitempty"` // names only: values may be secrets
+	BaseRev  int64     `json:"base_rev"`
+	State    string    `json:"state"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitzero"`
+	// ExitCode is the command's status; with Signal set it is 128+signal.
+	ExitCode    int      `json:"exit_code"`
+	Signal      string   `json:"signal,omitempty"`
+	TimedOut    bool     `json:"timed_out,omitempty"`
+	StdoutBytes int64    `json:"stdout_bytes"`
+	StderrBytes int64    `json:"stderr_bytes"`
+	Rev         int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
+	Conflict    []string `json:"conflict,omitempty"` // paths that changed meanwhile
+	KeptAs      string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
+	Draft       int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
+	Error       string   `json:"error,omitempty"`
+	Executor    string   `json:"executor,omitempty"` // where it ran, when not here
+}
+
+// Duration is how long the exec ran (until now if it still runs).
+func (e Exec) Duration() time.Duration {
+	if e.Ended.IsZero() {
+		return time.Since(e.Started)
+	}
+	return e.Ended.Sub(e.Started)
+}
+
+// NewExecID returns a fresh exec id.
+func NewExecID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "x" + hex.EncodeToString(b[:])
+}
+
+// BeginExec records a starting exec. If e.Key is set and the tenant's
+// workspace already has an exec with that key, nothing is written and the
+// existing record comes back with started false.
+func (s *Store) BeginExec(ctx context.Context, e Exec) (rec Exec, started bool, err error) {
+	if e.ID == "" {
+		e.ID = NewExecID()
+	}
+	if e.State == "" {
+		e.State = ExecRunning
+	}
+	if e.Started.IsZero() {
+		e.Started = s.Now()
+	}
+	err = s.write(ctx, func() error {
+		if e.Key != "" {
+			old, err := s.execWhere(ctx, s.wconn, `tenant = ? AND ws = ? AND idem_key = ?`, e.Tenant, e.WS, e.Key)
+			if err == nil {
+				rec = old
+				return nil
+			}
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		if err := s.putExec(ctx, e, true); err != nil {
+			return err
+		}
+		rec, started = e, true
+		return nil
+	})
+	return rec, started, err
+}
+
+// UpdateExec rewrites an exec's record (state, result, ...).
+func (s *Store) UpdateExec(ctx context.Context, e Exec) error {
+	return s.write(ctx, func() error { return s.putExec(ctx, e, false) })
+}
+
+func (s *Store) putExec(ctx context.Context, e Exec, insert bool) error {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	var key any
+	if e.Key != "" {
+		key = e.Key
+	}
+	if insert {
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(id, tenant, ws, idem_key, state, started_ns, record) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			e.ID, e.Tenant, e.WS, key, e.State, e.Started.UnixNano(), string(body))
+		return wrapDB("record exec", err)
+	}
+	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET state = ?, record = ? WHERE id = ?`, e.State, string(body), e.ID)
+	if err != nil {
+		return wrapDB("update exec", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("exec %s: %w", e.ID, ErrNotFound)
+	}
+	return nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) execWhere(ctx context.Context, q querier, where string, args ...any) (Exec, error) {
+	var body string
+	err := q.QueryRowContext(ctx, `SELECT record FROM execs WHERE `+where, args...).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Exec{}, fmt.Errorf("exec: %w", ErrNotFound)
+	}
+	if err != nil {
+		return Exec{}, wrapDB("read exec", err)
+	}
+	var e Exec
+	return e, json.Unmarshal([]byte(body), &e)
+}
+
+// ExecByID returns one exec record.
+func (s *Store) ExecByID(ctx context.Context, id string) (Exec, error) {
+	return s.execWhere(ctx, s.rdb, `id = ?`, id)
+}
+
+// Execs lists a workspace's execs, newest first (limit 0: all).
+func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]Exec, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	return s.execList(ctx, `SELECT record FROM execs WHERE ws = ? ORDER BY started_ns DESC LIMIT ?`, ws, limit)
+}
+
+// ExecsInState lists every exec in state (running ones after a crash, pending pushes).
+func (s *Store) ExecsInState(ctx context.Context, state string) ([]Exec, error) {
+	return s.execList(ctx, `SELECT record FROM execs WHERE state = ? ORDER BY started_ns`, state)
+}
+
+func (s *Store) execList(ctx context.Context, query string, args ...any) ([]Exec, error) {
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, wrapDB("list execs", err)
+	}
+	defer rows.Close()
+	out := []Exec{}
+	for rows.Next() {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return nil, wrapDB("list execs", err)
+		}
+		var e Exec
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, wrapDB("list execs", rows.Err())
+}
+
+// ExecRevision finds the revision of ws an exec committed (0 if none): the
+// commit writes the exec id into the revision row in its own transaction,
+// so this answers even if computerd died before updating the journal.
+func (s *Store) ExecRevision(ctx context.Context, ws int64, id string) (int64, error) {
+	var rev int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(max(rev), 0) FROM revisions WHERE ws = ? AND exec_id = ?`, ws, id).Scan(&rev)
+	return rev, wrapDB("exec revision", err)
+}

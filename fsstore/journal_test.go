@@ -1,0 +1,69 @@
+package fsstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"computerd/fsstore"
+)
+
+func TestJournal(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	w, err := s.CreateWorkspace(ctx, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, started, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"make"}, BaseRev: 1})
+	if err != nil || !started || e.ID == "" || e.State != fsstore.ExecRunning {
+		t.Fatalf("begin: %+v %v %v", e, started, err)
+	}
+	again, started, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"other"}})
+	if err != nil || started || again.ID != e.ID || again.Argv[0] != "make" {
+		t.Fatalf("same key: %+v started=%v %v, want the first record", again, started, err)
+	}
+	// The same key in another tenant or workspace is another exec.
+	if _, started, _ := s.BeginExec(ctx, fsstore.Exec{Tenant: "u", WS: w.ID, Key: "k1"}); !started {
+		t.Fatal("key shared across tenants")
+	}
+	second, _, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := s.ExecsInState(ctx, fsstore.ExecRunning)
+	if err != nil || len(running) != 3 {
+		t.Fatalf("running: %d %v", len(running), err)
+	}
+
+	var b fsstore.Batch
+	b.WriteFile("out.txt", []byte("x"), 0o644)
+	rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: "t", ExecID: e.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ExecRevision(ctx, w.ID, e.ID); err != nil || got != rev.Rev {
+		t.Fatalf("ExecRevision = %d %v, want %d", got, err, rev.Rev)
+	}
+	if got, _ := s.ExecRevision(ctx, w.ID, second.ID); got != 0 {
+		t.Fatalf("ExecRevision of an exec that committed nothing = %d", got)
+	}
+	e.State, e.ExitCode, e.Rev = fsstore.ExecExited, 3, rev.Rev
+	if err := s.UpdateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ExecByID(ctx, e.ID)
+	if err != nil || got.State != fsstore.ExecExited || got.ExitCode != 3 || got.Rev != rev.Rev {
+		t.Fatalf("after update: %+v %v", got, err)
+	}
+	list, err := s.Execs(ctx, w.ID, 0)
+	if err != nil || len(list) != 3 || list[len(list)-1].ID != e.ID {
+		t.Fatalf("Execs: %+v %v", list, err)
+	}
+	if _, err := s.ExecByID(ctx, "nope"); !errors.Is(err, fsstore.ErrNotFound) {
+		t.Fatalf("missing exec: %v", err)
+	}
+	if err := s.UpdateExec(ctx, fsstore.Exec{ID: "nope"}); !errors.Is(err, fsstore.ErrNotFound) {
+		t.Fatalf("update of a missing exec: %v", err)
+	}
+}
