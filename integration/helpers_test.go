@@ -122,7 +122,14 @@ func (e *env) tree(ws string) map[string]string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	sn, err := e.d.Store.Snapshot(ctx, w.ID, fsstore.Head)
+	return e.treeOf(e.d.Store, w.ID)
+}
+
+// treeOf reads the head tree of workspace id ws of store s.
+func (e *env) treeOf(s *fsstore.Store, ws int64) map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	sn, err := s.Snapshot(ctx, ws, fsstore.Head)
 	if err != nil {
 		e.t.Fatal(err)
 	}

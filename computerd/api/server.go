@@ -13,11 +13,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"computerd/computerd/metrics"
 	"computerd/computerd/wire"
 	"computerd/fsstore"
+	"computerd/syncproto"
 )
 
 // Limits bound what one caller can ask for.
@@ -54,7 +56,15 @@ type Server struct {
 	Metrics *metrics.Metrics // may be nil
 	Log     *slog.Logger     // may be nil
 
-	mux *http.ServeMux
+	mux      *http.ServeMux
+	homeOnce sync.Once
+	home     *syncproto.Home
+}
+
+// route is one API endpoint: a ServeMux pattern and its handler.
+type route struct {
+	pattern string
+	h       func(http.ResponseWriter, *http.Request) error
 }
 
 type tenantKey struct{}
@@ -69,10 +79,7 @@ func (s *Server) Handler() http.Handler {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
 	s.mux = http.NewServeMux()
-	routes := []struct {
-		pattern string
-		h       func(http.ResponseWriter, *http.Request) error
-	}{
+	routes := []route{
 		{"GET /v1/workspaces", s.listWorkspaces},
 		{"POST /v1/workspaces", s.createWorkspace},
 		{"GET /v1/workspaces/{ws}", s.getWorkspace},
@@ -92,6 +99,7 @@ func (s *Server) Handler() http.Handler {
 		{"GET /v1/workspaces/{ws}/export", s.export},
 		{"POST /v1/workspaces/{ws}/attach", s.attach},
 	}
+	routes = append(routes, s.syncRoutes()...)
 	for _, r := range routes {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}

@@ -24,6 +24,15 @@ type Metrics struct {
 	Latency *prometheus.HistogramVec
 	// Revisions counts committed revisions by source (api, exec, mount, ...).
 	Revisions *prometheus.CounterVec
+
+	// Sync: chunk bytes and chunks moved ("pull": sent by a home or
+	// received by an executor; "push": the other way), pushes by outcome,
+	// pushes waiting on an executor, and latency by operation.
+	SyncBytes     *prometheus.CounterVec
+	SyncChunks    *prometheus.CounterVec
+	Pushes        *prometheus.CounterVec
+	PendingPushes prometheus.Gauge
+	SyncLatency   *prometheus.HistogramVec
 }
 
 // New makes the collectors and registers them, with Go and process collectors,
@@ -45,6 +54,23 @@ func New() *Metrics {
 			Help: "Revisions committed by this process, by source.",
 		}, []string{"source"}),
 	}
+	m.SyncBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_sync_bytes_total", Help: "Chunk bytes moved by sync, by direction (pull, push).",
+	}, []string{"direction"})
+	m.SyncChunks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_sync_chunks_total", Help: "Chunks moved by sync, by direction (pull, push).",
+	}, []string{"direction"})
+	m.Pushes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_sync_pushes_total", Help: "Pushes by outcome (applied, duplicate, conflict, malformed, error, retry).",
+	}, []string{"outcome"})
+	m.PendingPushes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "computerd_sync_pending_pushes", Help: "Changesets an executor holds until the home takes them.",
+	})
+	m.SyncLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "computerd_sync_seconds", Help: "Sync latency by operation (pull, fetch, push).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{"op"})
+	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

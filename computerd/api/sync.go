@@ -1,0 +1,128 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"computerd/syncproto"
+)
+
+// syncRoutes are the home's side of syncproto (docs/SYNC.md).
+func (s *Server) syncRoutes() []route {
+	return []route{
+		{"GET /v1/sync/hello", s.syncHello},
+		{"POST /v1/sync/{ws}/pull", s.syncPull},
+		{"POST /v1/sync/{ws}/fetch", s.syncFetch},
+		{"POST /v1/sync/{ws}/push", s.syncPush},
+	}
+}
+
+func (s *Server) syncHome() *syncproto.Home {
+	s.homeOnce.Do(func() {
+		s.home = &syncproto.Home{Store: s.Store, Observe: func(kind string, chunks int, bytes int64) {
+			if s.Metrics != nil {
+				s.Metrics.SyncChunks.WithLabelValues(kind).Add(float64(chunks))
+				s.Metrics.SyncBytes.WithLabelValues(kind).Add(float64(bytes))
+			}
+		}}
+	})
+	return s.home
+}
+
+func versionError(r *http.Request) error {
+	if err := syncproto.CheckVersion(r); err != nil {
+		return badRequest("%v", err)
+	}
+	return nil
+}
+
+func (s *Server) syncHello(w http.ResponseWriter, r *http.Request) error {
+	if err := versionError(r); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, s.syncHome().Hello(tenantOf(r.Context())))
+}
+
+// observeSync records a sync call's latency.
+func (s *Server) observeSync(op string, start time.Time) {
+	if s.Metrics != nil {
+		s.Metrics.SyncLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (s *Server) syncPull(w http.ResponseWriter, r *http.Request) error {
+	defer s.observeSync("pull", time.Now())
+	if err := versionError(r); err != nil {
+		return err
+	}
+	var req syncproto.PullRequest
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-computerd-sync")
+	return s.syncHome().Pull(r.Context(), w, ws, req)
+}
+
+func (s *Server) syncFetch(w http.ResponseWriter, r *http.Request) error {
+	defer s.observeSync("fetch", time.Now())
+	if err := versionError(r); err != nil {
+		return err
+	}
+	var req syncproto.FetchRequest
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-computerd-sync")
+	return s.syncHome().Fetch(r.Context(), w, ws, req)
+}
+
+func (s *Server) syncPush(w http.ResponseWriter, r *http.Request) error {
+	defer s.observeSync("push", time.Now())
+	if err := versionError(r); err != nil {
+		drain(r.Body)
+		return err
+	}
+	ws, err := s.workspace(r)
+	if err != nil {
+		drain(r.Body)
+		return err
+	}
+	res, err := s.syncHome().Push(r.Context(), http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload), ws, tenantOf(r.Context()))
+	if s.Metrics != nil {
+		s.Metrics.Pushes.WithLabelValues(pushOutcome(res, err)).Inc()
+	}
+	if err != nil {
+		if errors.Is(err, syncproto.ErrMalformed) {
+			return badRequest("%v", err)
+		}
+		return err
+	}
+	if !res.Duplicate {
+		s.Metrics.Committed(res.Revision)
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func pushOutcome(res syncproto.PushResult, err error) string {
+	switch {
+	case err == nil && res.Duplicate:
+		return "duplicate"
+	case err == nil:
+		return "applied"
+	case statusOf(err) == http.StatusConflict:
+		return "conflict"
+	case errors.Is(err, syncproto.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed"
+	}
+	return "error"
+}

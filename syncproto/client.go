@@ -1,0 +1,303 @@
+package syncproto
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// DefaultInlineMax is how many chunk bytes a pull takes in its first answer
+// before switching to asking for only the chunks it lacks.
+const DefaultInlineMax = 4 << 20
+
+// Client talks to a home computerd as one tenant.
+type Client struct {
+	URL   string
+	Token string
+	HTTP  *http.Client
+}
+
+// RemoteError is a failed call as the home explained it.
+type RemoteError struct {
+	Status int
+	Body   wire.Error
+}
+
+func (e *RemoteError) Error() string { return "home: " + e.Body.Message }
+
+// Unwrap maps a conflict to fsstore.ErrConflict.
+func (e *RemoteError) Unwrap() error {
+	if e.Body.Code == wire.CodeConflict {
+		return fsstore.ErrConflict
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.URL, "/")+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set(HeaderVersion, strconv.Itoa(Version))
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	e := &RemoteError{Status: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &e.Body) != nil || e.Body.Message == "" {
+		e.Body.Message = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
+	}
+	return nil, e
+}
+
+func (c *Client) post(ctx context.Context, path string, in any) (*http.Response, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	return c.do(ctx, "POST", path, bytes.NewReader(b))
+}
+
+func syncPath(ws, op string) string { return "/v1/sync/" + url.PathEscape(ws) + "/" + op }
+
+// Hello checks that the home speaks this protocol and returns its parameters.
+func (c *Client) Hello(ctx context.Context) (Hello, error) {
+	resp, err := c.do(ctx, "GET", "/v1/sync/hello", nil)
+	if err != nil {
+		return Hello{}, err
+	}
+	defer resp.Body.Close()
+	var h Hello
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return h, err
+	}
+	if h.Version != Version {
+		return h, fmt.Errorf("home speaks sync protocol version %d, this computerd %d", h.Version, Version)
+	}
+	return h, nil
+}
+
+// Mirror keeps workspaces of a local store equal to the home's: each
+// mirror revision records the home revision it equals in its message.
+type Mirror struct {
+	Client *Client
+	Store  *fsstore.Store
+	Tenant string
+	// InlineMax overrides DefaultInlineMax.
+	InlineMax int64
+	// Progress, if set, hears about received chunks.
+	Progress func(chunks int, bytes int64)
+}
+
+// PullStats describe one pull.
+type PullStats struct {
+	HomeRev  int64 // the home revision the mirror now equals
+	Local    fsstore.Workspace
+	Chunks   int   // chunks received
+	Bytes    int64 // chunk bytes received
+	Requests int   // round trips
+}
+
+const mirrorTag = "mirror of home@"
+
+// HomeRevOf returns the home revision a mirror revision equals (0 if it is not a pulled revision).
+func HomeRevOf(r fsstore.Revision) int64 {
+	n, _ := strconv.ParseInt(strings.TrimPrefix(r.Message, mirrorTag), 10, 64)
+	if r.Source != fsstore.SourceSync || !strings.HasPrefix(r.Message, mirrorTag) {
+		return 0
+	}
+	return n
+}
+
+// State returns the local mirror of ws and the home revision its head
+// equals (0 when it was never pulled, or changed locally since).
+func (m *Mirror) State(ctx context.Context, ws string) (fsstore.Workspace, int64, error) {
+	local, err := m.Store.Workspace(ctx, m.Tenant, ws)
+	if errors.Is(err, fsstore.ErrWorkspaceNotFound) {
+		if local, err = m.Store.CreateWorkspace(ctx, m.Tenant, ws); err != nil {
+			return local, 0, err
+		}
+	}
+	if err != nil {
+		return local, 0, err
+	}
+	revs, err := m.Store.Log(ctx, local.ID, 1)
+	if err != nil || len(revs) == 0 {
+		return local, 0, err
+	}
+	return local, HomeRevOf(revs[0]), nil
+}
+
+// Pull brings the mirror of ws up to the home's head.
+func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
+	local, have, err := m.State(ctx, ws)
+	if err != nil {
+		return PullStats{}, err
+	}
+	st := PullStats{Local: local, HomeRev: have}
+	inline := m.InlineMax
+	if inline <= 0 {
+		inline = DefaultInlineMax
+	}
+	resp, err := m.Client.post(ctx, syncPath(ws, "pull"), PullRequest{Have: have, InlineMax: inline})
+	st.Requests++
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	dec := NewDecoder(resp.Body)
+	var hdr PullHeader
+	if err := dec.Header(&hdr); err != nil {
+		return st, err
+	}
+	cs, err := m.receiveChunks(ctx, dec, &st)
+	if err != nil {
+		return st, err
+	}
+	if !hdr.Inline {
+		if err := m.fetchMissing(ctx, ws, hdr, cs, &st); err != nil {
+			return st, err
+		}
+	}
+	if hdr.To == have && !hdr.Full {
+		return st, nil // nothing new
+	}
+	info := fsstore.CommitInfo{Source: fsstore.SourceSync, Tenant: m.Tenant, Message: mirrorTag + strconv.FormatInt(hdr.To, 10)}
+	var rev fsstore.Revision
+	if hdr.Full {
+		b := &fsstore.Batch{Ops: append([]fsstore.Op{{Kind: fsstore.OpDeleteAll, Path: ""}}, cs.Ops...)}
+		rev, err = m.Store.Commit(ctx, local.ID, b, info)
+	} else {
+		info.Base = local.Head
+		rev, err = m.Store.Apply(ctx, local.ID, cs, info)
+	}
+	if err != nil {
+		return st, fmt.Errorf("apply pull of home@%d: %w", hdr.To, err)
+	}
+	if rev.Rev == 0 || rev.Rev == local.Head {
+		// Nothing differed: record the home revision anyway with an empty batch.
+		if rev, err = m.Store.Commit(ctx, local.ID, &fsstore.Batch{Ops: []fsstore.Op{{Kind: fsstore.OpUtimes, Path: "", Mtime: m.Store.Now().UnixNano()}}}, info); err != nil {
+			return st, err
+		}
+	}
+	st.HomeRev = hdr.To
+	st.Local, err = m.Store.WorkspaceByID(ctx, local.ID)
+	return st, err
+}
+
+// receiveChunks stores the chunks of a stream and returns its changeset.
+func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats) (*fsstore.Changeset, error) {
+	up := m.Store.NewUploader()
+	for {
+		hash, data, cs, err := dec.Next()
+		if err != nil {
+			return nil, err
+		}
+		if cs != nil {
+			return cs, up.Flush(ctx)
+		}
+		if err := storeChunk(ctx, up, hash, data); err != nil {
+			return nil, err
+		}
+		st.Chunks++
+		st.Bytes += int64(len(data))
+		if m.Progress != nil {
+			m.Progress(st.Chunks, st.Bytes)
+		}
+	}
+}
+
+// fetchMissing asks the home for the chunks cs names that the store lacks.
+func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs *fsstore.Changeset, st *PullStats) error {
+	var hashes []fsstore.Hash
+	seen := map[fsstore.Hash]bool{}
+	contentRefs(cs, func(_ string, ref fsstore.ChunkRef) error {
+		if !seen[ref.Hash] {
+			seen[ref.Hash] = true
+			hashes = append(hashes, ref.Hash)
+		}
+		return nil
+	})
+	have, err := m.Store.HasChunks(ctx, hashes)
+	if err != nil {
+		return err
+	}
+	var want []fsstore.Hash
+	for i, h := range hashes {
+		if !have[i] {
+			want = append(want, h)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	resp, err := m.Client.post(ctx, syncPath(ws, "fetch"), FetchRequest{From: hdr.From, To: hdr.To, Hashes: want})
+	st.Requests++
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := NewDecoder(resp.Body)
+	var fh PullHeader
+	if err := dec.Header(&fh); err != nil {
+		return err
+	}
+	_, err = m.receiveChunks(ctx, dec, st)
+	return err
+}
+
+// Push sends the changeset cs of the local workspace (whose bytes are read
+// at revision cs.To of local) to the home, based on home revision base.
+func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *fsstore.Changeset, hdr PushHeader) (PushResult, error) {
+	sn, err := m.Store.Snapshot(ctx, local, cs.To)
+	if err != nil {
+		return PushResult{}, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		enc := NewEncoder(pw)
+		err := enc.Header(hdr)
+		if err == nil {
+			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs, nil)
+		}
+		if err == nil {
+			err = enc.Changeset(cs)
+		}
+		if err == nil {
+			err = enc.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	resp, err := m.Client.do(ctx, "POST", syncPath(ws, "push"), pr)
+	pr.Close()
+	if err != nil {
+		var re *RemoteError
+		if errors.As(err, &re) && re.Body.Code == wire.CodeConflict {
+			return PushResult{}, &fsstore.ConflictError{Base: hdr.Base, Paths: re.Body.Paths}
+		}
+		return PushResult{}, err
+	}
+	defer resp.Body.Close()
+	var res PushResult
+	return res, json.NewDecoder(resp.Body).Decode(&res)
+}

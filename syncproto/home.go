@@ -1,0 +1,388 @@
+package syncproto
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"computerd/fsstore"
+)
+
+// Hello answers the handshake.
+type Hello struct {
+	Version   int    `json:"version"`
+	ChunkSize int64  `json:"chunk_size"`
+	Tenant    string `json:"tenant"`
+}
+
+// PullRequest asks for the changes of a workspace after revision Have
+// (0: everything, as a full tree).
+type PullRequest struct {
+	Have int64 `json:"have"`
+	// InlineMax: if the chunks the changeset needs total at most this many
+	// bytes they come in the same answer; otherwise the answer holds only
+	// the changeset and the receiver asks for the chunks it lacks (Fetch).
+	InlineMax int64 `json:"inline_max"`
+}
+
+// PullHeader opens a pull answer.
+type PullHeader struct {
+	From      int64 `json:"from"` // 0 for a full tree
+	To        int64 `json:"to"`
+	Full      bool  `json:"full"`    // ops rebuild the whole tree (apply in order, after clearing it)
+	Inline    bool  `json:"inline"`  // every chunk the ops name is in this stream
+	NeedBytes int64 `json:"need"`    // total bytes of the chunks the ops name
+	NeedCount int   `json:"nchunks"` // how many chunks the ops name
+}
+
+// FetchRequest asks for chunks named by the changeset From..To of a
+// workspace (only those: a caller cannot read chunks it has no path to).
+type FetchRequest struct {
+	From   int64          `json:"from"`
+	To     int64          `json:"to"`
+	Hashes []fsstore.Hash `json:"hashes"`
+}
+
+// PushHeader opens a push stream.
+type PushHeader struct {
+	PushID string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
+	Base   int64  `json:"base"`    // the home revision the changes were made on
+	Message string `json:"message,omitempty"`
+}
+
+// PushResult answers a push.
+type PushResult struct {
+	Revision  fsstore.Revision `json:"revision"`
+	Duplicate bool             `json:"duplicate,omitempty"` // this push id had already been applied
+}
+
+// Home serves the sync side of a home computerd.
+type Home struct {
+	Store *fsstore.Store
+	// Observe, if set, is told about every transfer (for metrics).
+	Observe func(kind string, chunks int, bytes int64)
+
+	mu    sync.Mutex
+	locks map[int64]*sync.Mutex // per workspace: pushes apply one at a time
+}
+
+func (h *Home) observe(kind string, chunks int, bytes int64) {
+	if h.Observe != nil {
+		h.Observe(kind, chunks, bytes)
+	}
+}
+
+// CheckVersion refuses a request that speaks another protocol version.
+func CheckVersion(r *http.Request) error {
+	v := r.Header.Get(HeaderVersion)
+	if v != strconv.Itoa(Version) {
+		return fmt.Errorf("sync protocol version %q not supported: this computerd speaks version %d", v, Version)
+	}
+	return nil
+}
+
+// Hello answers the handshake for tenant.
+func (h *Home) Hello(tenant string) Hello {
+	return Hello{Version: Version, ChunkSize: h.Store.ChunkSizeBytes(), Tenant: tenant}
+}
+
+// chunkSource finds the bytes of the chunks a changeset names by reading
+// its files at the changeset's target revision.
+type chunkSource struct {
+	sn        *fsstore.Snapshot
+	chunkSize int64
+}
+
+func (c chunkSource) read(ctx context.Context, p string, ref fsstore.ChunkRef, buf []byte) ([]byte, error) {
+	f, err := c.sn.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	buf = buf[:ref.Len]
+	if _, err := f.ReadAt(buf, ref.Index*c.chunkSize); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if sha256.Sum256(buf) != [32]byte(ref.Hash) {
+		return nil, fmt.Errorf("sync: %s chunk %d does not match its hash", p, ref.Index)
+	}
+	return buf, nil
+}
+
+// contentRefs lists the chunk refs of a changeset's content ops, with the
+// path to read each from.
+func contentRefs(cs *fsstore.Changeset, fn func(p string, ref fsstore.ChunkRef) error) error {
+	for _, op := range cs.Ops {
+		if op.Content == nil {
+			continue
+		}
+		for _, ref := range op.Content.Chunks {
+			if ref.Hash == (fsstore.Hash{}) {
+				continue
+			}
+			if err := fn(op.Path, ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Pull writes the answer to a pull of ws (Have..head, or the full tree).
+func (h *Home) Pull(ctx context.Context, w io.Writer, ws fsstore.Workspace, req PullRequest) error {
+	sn, err := h.Store.Snapshot(ctx, ws.ID, fsstore.Head)
+	if err != nil {
+		return err
+	}
+	src := chunkSource{sn: sn, chunkSize: h.Store.ChunkSizeBytes()}
+	if req.Have <= 0 {
+		return h.pullFull(ctx, w, sn, src)
+	}
+	cs, err := h.Store.Diff(ctx, ws.ID, req.Have, sn.Rev)
+	if err != nil {
+		return err
+	}
+	hdr := PullHeader{From: req.Have, To: sn.Rev}
+	seen := map[fsstore.Hash]bool{}
+	contentRefs(cs, func(_ string, ref fsstore.ChunkRef) error {
+		if !seen[ref.Hash] {
+			seen[ref.Hash] = true
+			hdr.NeedBytes += int64(ref.Len)
+			hdr.NeedCount++
+		}
+		return nil
+	})
+	hdr.Inline = hdr.NeedBytes <= req.InlineMax
+	enc := NewEncoder(w)
+	if err := enc.Header(hdr); err != nil {
+		return err
+	}
+	if hdr.Inline {
+		n, bytes, err := sendChunks(ctx, enc, src, cs, nil)
+		h.observe("pull", n, bytes)
+		if err != nil {
+			return err
+		}
+	}
+	if err := enc.Changeset(cs); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// sendChunks writes the chunks cs names (only those in want, if not nil),
+// each once, and counts them.
+func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *fsstore.Changeset, want map[fsstore.Hash]bool) (int, int64, error) {
+	sent := map[fsstore.Hash]bool{}
+	buf := make([]byte, src.chunkSize)
+	var n int
+	var bytes int64
+	err := contentRefs(cs, func(p string, ref fsstore.ChunkRef) error {
+		if sent[ref.Hash] || (want != nil && !want[ref.Hash]) {
+			return nil
+		}
+		data, err := src.read(ctx, p, ref, buf)
+		if err != nil {
+			return err
+		}
+		sent[ref.Hash] = true
+		n++
+		bytes += int64(len(data))
+		return enc.Chunk(ref.Hash, data)
+	})
+	return n, bytes, err
+}
+
+// pullFull streams the whole tree: every chunk, then a changeset that
+// rebuilds the tree in order (parents first).
+func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, src chunkSource) error {
+	enc := NewEncoder(w)
+	if err := enc.Header(PullHeader{To: sn.Rev, Full: true, Inline: true}); err != nil {
+		return err
+	}
+	cs := &fsstore.Changeset{To: sn.Rev}
+	sent := map[fsstore.Hash]bool{}
+	buf := make([]byte, src.chunkSize)
+	var nchunks int
+	var nbytes int64
+	err := sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+		mtime := st.Mtime.UnixNano()
+		switch {
+		case p == "":
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpChmod, Path: "", Mode: st.Mode.Perm()})
+			return nil
+		case st.IsDir():
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
+		case r == nil:
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
+		default:
+			content := &fsstore.Content{Size: st.Size}
+			for idx := int64(0); ; idx++ {
+				n, err := io.ReadFull(r, buf)
+				if n > 0 && !allZero(buf[:n]) {
+					hash := fsstore.Hash(sha256.Sum256(buf[:n]))
+					content.Chunks = append(content.Chunks, fsstore.ChunkRef{Index: idx, Hash: hash, Len: n})
+					if !sent[hash] {
+						sent[hash] = true
+						nchunks++
+						nbytes += int64(n)
+						if err := enc.Chunk(hash, buf[:n]); err != nil {
+							return err
+						}
+					}
+				}
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					break
+				}
+				if err != nil {
+					return err
+				}
+			}
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpCreate, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), Content: content, Mtime: mtime})
+		}
+		if st.UID != 0 || st.GID != 0 {
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpChown, Path: p, UID: st.UID, GID: st.GID})
+		}
+		if st.IsDir() {
+			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpUtimes, Path: p, Mtime: mtime})
+		}
+		return nil
+	})
+	h.observe("pull", nchunks, nbytes)
+	if err != nil {
+		return err
+	}
+	if err := enc.Changeset(cs); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
+
+// Fetch streams the chunks asked for, all of them named by ws's changeset From..To.
+func (h *Home) Fetch(ctx context.Context, w io.Writer, ws fsstore.Workspace, req FetchRequest) error {
+	cs, err := h.Store.Diff(ctx, ws.ID, req.From, req.To)
+	if err != nil {
+		return err
+	}
+	sn, err := h.Store.Snapshot(ctx, ws.ID, req.To)
+	if err != nil {
+		return err
+	}
+	want := map[fsstore.Hash]bool{}
+	for _, hash := range req.Hashes {
+		want[hash] = true
+	}
+	enc := NewEncoder(w)
+	if err := enc.Header(PullHeader{From: req.From, To: req.To, Inline: true}); err != nil {
+		return err
+	}
+	n, bytes, err := sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: h.Store.ChunkSizeBytes()}, cs, want)
+	h.observe("pull", n, bytes)
+	if err != nil {
+		return err
+	}
+	if err := enc.Changeset(&fsstore.Changeset{From: req.From, To: req.To}); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func (h *Home) lock(ws int64) func() {
+	h.mu.Lock()
+	if h.locks == nil {
+		h.locks = map[int64]*sync.Mutex{}
+	}
+	l := h.locks[ws]
+	if l == nil {
+		l = &sync.Mutex{}
+		h.locks[ws] = l
+	}
+	h.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Push reads a push stream for ws and applies it as one revision (or finds
+// the revision an earlier attempt with the same push id made).
+func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tenant string) (PushResult, error) {
+	dec := NewDecoder(r)
+	var hdr PushHeader
+	if err := dec.Header(&hdr); err != nil {
+		return PushResult{}, err
+	}
+	if hdr.PushID == "" || hdr.Base <= 0 {
+		return PushResult{}, fmt.Errorf("%w: push needs a push id and a base revision", ErrMalformed)
+	}
+	up := h.Store.NewUploader()
+	var nchunks int
+	var nbytes int64
+	var cs *fsstore.Changeset
+	for cs == nil {
+		hash, data, c, err := dec.Next()
+		if err != nil {
+			return PushResult{}, err
+		}
+		if c != nil {
+			cs = c
+			break
+		}
+		if err := storeChunk(ctx, up, hash, data); err != nil {
+			return PushResult{}, err
+		}
+		nchunks++
+		nbytes += int64(len(data))
+	}
+	if err := up.Flush(ctx); err != nil {
+		return PushResult{}, err
+	}
+	h.observe("push", nchunks, nbytes)
+	unlock := h.lock(ws.ID)
+	defer unlock()
+	if rev, err := h.Store.ExecRevision(ctx, ws.ID, hdr.PushID); err != nil {
+		return PushResult{}, err
+	} else if rev > 0 {
+		revs, err := h.Store.Log(ctx, ws.ID, 0)
+		if err != nil {
+			return PushResult{}, err
+		}
+		for _, r := range revs {
+			if r.Rev == rev {
+				return PushResult{Revision: r, Duplicate: true}, nil
+			}
+		}
+	}
+	if len(cs.Ops) == 0 {
+		return PushResult{}, nil
+	}
+	rev, err := h.Store.Apply(ctx, ws.ID, cs, fsstore.CommitInfo{
+		Source: fsstore.SourceSync, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
+	})
+	if err != nil {
+		return PushResult{}, err
+	}
+	return PushResult{Revision: rev}, nil
+}
+
+// storeChunk stores one received chunk, checking that the store's own
+// chunking gives the same hash (both sides use the same chunk size).
+func storeChunk(ctx context.Context, up *fsstore.Uploader, hash fsstore.Hash, data []byte) error {
+	c, err := up.Put(ctx, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	if len(c.Chunks) == 0 && allZero(data) {
+		return nil // a hole: nothing to store
+	}
+	if len(c.Chunks) != 1 || c.Chunks[0].Hash != hash {
+		return fmt.Errorf("%w: chunk %s does not fit this store's chunk size", ErrMalformed, hash)
+	}
+	return nil
+}
