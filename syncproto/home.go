@@ -52,8 +52,8 @@ type FetchRequest struct {
 
 // PushHeader opens a push stream.
 type PushHeader struct {
-	PushID string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
-	Base   int64  `json:"base"`    // the home revision the changes were made on
+	PushID  string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
+	Base    int64  `json:"base"`    // the home revision the changes were made on
 	Message string `json:"message,omitempty"`
 }
 

@@ -195,8 +195,8 @@ func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.E
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	var before []wire.Match // the last opt.context lines
-	after := 0               // context lines still owed after a match
-	last := 0                // the last line written
+	after := 0              // context lines still owed after a match
+	last := 0               // the last line written
 	found := 0
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
