@@ -8,8 +8,9 @@
 //
 // Each suite is a set of metrics registered (from its own file) into the
 // suites map; -suite takes a comma-separated list of names, or "all".
-// The only suite so far is "store" (package fsstore; see store.go for what
-// each metric does and why).
+// Suites include "store" (package fsstore; see store.go for what each
+// metric does and why) and "exec" (package computerd/sandbox; see
+// exec.go); -h lists them all.
 //
 // Output is one result per metric. With -json, each is one JSON object per
 // line:
@@ -55,6 +56,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"computerd/computerd/sandbox"
 )
 
 // Result is one measured metric.
@@ -162,6 +165,7 @@ func suiteNames() []string {
 }
 
 func main() {
+	sandbox.Init() // a re-executed container init (exec suite) never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

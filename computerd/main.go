@@ -10,9 +10,11 @@ import (
 	"syscall"
 
 	"computerd/computerd/command"
+	"computerd/computerd/sandbox"
 )
 
 func main() {
+	sandbox.Init() // a re-executed container init never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := command.Run(ctx, os.Args, os.Stdout, os.Stderr); err != nil {

@@ -1,7 +1,6 @@
 package fsstore
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -17,11 +16,21 @@ const uploadBatch = 8 << 20
 // that will reference them, in short transactions, so a slow stream never
 // holds the writer lock. Chunks it writes are leased against GC for
 // Store.LeaseTime. All-zero chunks become holes and are not stored.
+//
+// Each batch of uploadBatch bytes is written in the background while Put
+// goes on reading and hashing the next one: at most one batch is in flight,
+// and the next Put or Flush waits for it (and reports its error). An
+// Uploader is not safe for concurrent use.
 type Uploader struct {
 	s       *Store
 	pending []pendingChunk
 	size    int
-	buf     []byte
+	// Put reads chunks straight into arena, and pending chunks are slices
+	// of it (or of the arenas it grew out of, for the first batch).
+	arena  []byte
+	grow   int     // the size of the next arena to make
+	spare  []byte  // a full-size arena whose batch is written, for reuse
+	flight *upload // the batch being written, if any
 }
 
 type pendingChunk struct {
@@ -31,26 +40,54 @@ type pendingChunk struct {
 	i    int
 }
 
+// upload is one batch of chunks written by a goroutine of its own; done
+// closes when ids (or err) are set.
+type upload struct {
+	chunks []pendingChunk
+	arena  []byte
+	ids    []int64
+	err    error
+	done   chan struct{}
+}
+
 // NewUploader returns an Uploader; call Flush before committing what Put returned.
 func (s *Store) NewUploader() *Uploader {
-	return &Uploader{s: s, buf: make([]byte, s.chunkSize)}
+	return &Uploader{s: s}
+}
+
+// room returns the free chunk-sized space at the end of the arena, starting
+// a new arena if there is none. Arenas start at one chunk and double (so a
+// small upload stays small) up to a batch and a chunk.
+func (u *Uploader) room() []byte {
+	cs := int(u.s.chunkSize)
+	if cap(u.arena)-len(u.arena) < cs {
+		if u.spare != nil {
+			u.arena, u.spare = u.spare[:0], nil
+		} else {
+			u.grow = min(max(2*u.grow, cs), uploadBatch+cs)
+			u.arena = make([]byte, 0, u.grow)
+		}
+	}
+	return u.arena[len(u.arena) : len(u.arena)+cs]
 }
 
 // Put reads r to its end and returns its content as chunk references.
 func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 	c := &Content{Chunks: []ChunkRef{}}
 	for idx := int64(0); ; idx++ {
-		n, err := io.ReadFull(r, u.buf)
+		buf := u.room()
+		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			c.Size += int64(n)
-			if !allZero(u.buf[:n]) {
-				data := bytes.Clone(u.buf[:n])
+			if !allZero(buf[:n]) {
+				data := buf[:n:n]
+				u.arena = u.arena[:len(u.arena)+n]
 				h := Hash(sha256.Sum256(data))
 				c.Chunks = append(c.Chunks, ChunkRef{Index: idx, Hash: h, Len: n})
 				u.pending = append(u.pending, pendingChunk{h, data, c, len(c.Chunks) - 1})
 				u.size += n
 				if u.size >= uploadBatch {
-					if err := u.Flush(ctx); err != nil {
+					if err := u.start(ctx); err != nil {
 						return nil, err
 					}
 				}
@@ -64,20 +101,76 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 	}
 }
 
+// start hands the pending chunks to a goroutine that writes them, once the
+// batch before them is written.
+func (u *Uploader) start(ctx context.Context) error {
+	if err := u.wait(); err != nil {
+		return err
+	}
+	f := &upload{chunks: u.pending, arena: u.arena, done: make(chan struct{})}
+	u.flight, u.pending, u.size, u.arena = f, nil, 0, nil
+	s := u.s
+	go func() { // joined by the next wait
+		defer close(f.done)
+		f.ids, f.err = s.writeChunks(ctx, f.chunks)
+	}()
+	return nil
+}
+
+// wait waits for the batch in flight and notes its row ids in the contents
+// that name its chunks.
+func (u *Uploader) wait() error {
+	f := u.flight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	u.flight = nil
+	if f.err != nil {
+		return f.err
+	}
+	for i, id := range f.ids {
+		p := f.chunks[i]
+		p.c.Chunks[p.i].id = id
+	}
+	if cap(f.arena) == uploadBatch+int(u.s.chunkSize) {
+		u.spare = f.arena // nothing refers to its bytes any more
+	}
+	return nil
+}
+
 // Flush writes the buffered chunks.
 func (u *Uploader) Flush(ctx context.Context) error {
+	if err := u.wait(); err != nil {
+		return err
+	}
 	if len(u.pending) == 0 {
 		return nil
 	}
-	s := u.s
+	ids, err := u.s.writeChunks(ctx, u.pending)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		p := u.pending[i]
+		p.c.Chunks[p.i].id = id
+	}
+	clear(u.pending)
+	u.pending, u.size, u.arena = u.pending[:0], 0, u.arena[:0]
+	return nil
+}
+
+// writeChunks stores chunks in one transaction, leases them, and returns
+// their row ids.
+func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	var ids []int64
+	ids := make([]int64, 0, len(chunks))
 	err := s.inTx(ctx, func() error {
-		for _, p := range u.pending {
+		for _, p := range chunks {
 			id, err := putChunk(ctx, s.wq, p.hash, p.data)
 			if err != nil {
 				return err
@@ -87,16 +180,13 @@ func (u *Uploader) Flush(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	exp := time.Now().Add(s.LeaseTime)
-	for i, id := range ids {
+	for _, id := range ids {
 		s.leases[id] = exp
-		p := u.pending[i]
-		p.c.Chunks[p.i].id = id
 	}
-	u.pending, u.size = u.pending[:0], 0
-	return nil
+	return ids, nil
 }
 
 // Put stores r's bytes as chunks and returns the content to name in a

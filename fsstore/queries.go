@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // queries holds the prepared statements of one connection (the writer) or
@@ -13,11 +14,14 @@ type queries struct {
 	dentryLatest, dirList                           *sql.Stmt
 	inodeLatest                                     *sql.Stmt
 	extentsRange, extentsData, chunkData, chunkInfo *sql.Stmt
-	chunkByHash                                     *sql.Stmt
+	chunkByHash, chunkRun                           *sql.Stmt
 
 	insDentry, killDentry, setDentry               *sql.Stmt
+	insDentries                                    *sql.Stmt // entryBatch rows at once
 	insInode, killInode, updInode, delInode        *sql.Stmt
+	insInodes                                      *sql.Stmt // inodeBatch rows at once
 	insExtent, killExtent, setExtent, delExtent    *sql.Stmt
+	insExtents                                     *sql.Stmt // extentBatch rows at once
 	extentRow                                      *sql.Stmt
 	insChunk, nextIno, insRevision, setHead        *sql.Stmt
 	changedDentries, changedInodes, changedExtents *sql.Stmt
@@ -28,6 +32,29 @@ type queries struct {
 }
 
 const inodeCols = "birth, death, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name"
+
+// inodeValues is the placeholder row for ws, ino and inodeCols.
+const inodeValues = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+// inodeBatch is how many inode rows insInodes writes per statement.
+const inodeBatch = 64
+
+// entryBatch is how many entry rows insDentries writes per statement, of
+// entryCols values each.
+const (
+	entryBatch = 64
+	entryCols  = 7
+)
+
+// extentBatch is how many extent rows insExtents writes per statement, of
+// extentCols values each.
+const (
+	extentBatch = 64
+	extentCols  = 6
+)
+
+// chunkRunLen is how many consecutive chunk ids chunkRun reads at once.
+const chunkRunLen = 256
 
 func prepareQueries(ctx context.Context, p interface {
 	PrepareContext(context.Context, string) (*sql.Stmt, error)
@@ -45,15 +72,19 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.chunkData, `SELECT data FROM chunks WHERE id = ?`},
 		{&q.chunkInfo, `SELECT hash, size FROM chunks WHERE id = ?`},
 		{&q.chunkByHash, `SELECT id, size FROM chunks WHERE hash = ?`},
+		{&q.chunkRun, fmt.Sprintf(`SELECT id, hash, size FROM chunks WHERE id >= ?1 AND id < ?1 + %d`, chunkRunLen)},
 
 		{&q.insDentry, `INSERT INTO dentries(ws, parent, name, birth, death, ino, kind) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+		{&q.insDentries, `INSERT INTO dentries(ws, parent, name, birth, death, ino, kind) VALUES ` + strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", entryBatch-1) + "(?, ?, ?, ?, ?, ?, ?)"},
 		{&q.killDentry, `UPDATE dentries SET death = ? WHERE ws = ? AND parent = ? AND name = ? AND birth = ?`},
 		{&q.setDentry, `UPDATE dentries SET ino = ?, kind = ? WHERE ws = ? AND parent = ? AND name = ? AND birth = ?`},
-		{&q.insInode, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&q.insInode, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES ` + inodeValues},
+		{&q.insInodes, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES ` + strings.Repeat(inodeValues+", ", inodeBatch-1) + inodeValues},
 		{&q.killInode, `UPDATE inodes SET death = ? WHERE ws = ? AND ino = ? AND birth = ?`},
 		{&q.updInode, `UPDATE inodes SET mode = ?, uid = ?, gid = ?, nlink = ?, size = ?, mtime_ns = ?, ctime_ns = ?, target = ?, parent = ?, name = ? WHERE ws = ? AND ino = ? AND birth = ?`},
 		{&q.delInode, `DELETE FROM inodes WHERE ws = ? AND ino = ? AND birth = ?`},
 		{&q.insExtent, `INSERT INTO extents(ws, ino, idx, birth, death, chunk) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&q.insExtents, `INSERT INTO extents(ws, ino, idx, birth, death, chunk) VALUES ` + strings.Repeat("(?, ?, ?, ?, ?, ?), ", extentBatch-1) + "(?, ?, ?, ?, ?, ?)"},
 		{&q.killExtent, `UPDATE extents SET death = ? WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},
 		{&q.setExtent, `UPDATE extents SET chunk = ? WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},
 		{&q.delExtent, `DELETE FROM extents WHERE ws = ? AND ino = ? AND idx = ? AND birth = ?`},

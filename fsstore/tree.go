@@ -16,6 +16,12 @@ import (
 // The unary + on the birth terms keeps SQLite off the (ws, birth) indexes,
 // which it would otherwise pick to drive the join: a scan of the whole
 // workspace's rows per directory (and per file, for extents).
+//
+// The ORDER BY names whole primary keys as the join visits them (at most
+// one row of each key is alive at ?3, so the order is that of name, then
+// chunk index): SQLite then streams rows straight off the indexes. Ordering
+// by name and idx alone made it sort every directory's rows, chunk bytes
+// included, in a temporary b-tree.
 
 const listPlusSQL = `SELECT d.name, d.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime_ns, i.ctime_ns, i.target, i.parent, i.name%s
 FROM dentries d
@@ -27,7 +33,7 @@ var (
 	listStatsSQL = fmt.Sprintf(listPlusSQL, "", "", "")
 	listDataSQL  = fmt.Sprintf(listPlusSQL, ", e.idx, c.data",
 		"\nLEFT JOIN extents e ON e.ws = d.ws AND e.ino = d.ino AND +e.birth <= ?3 AND e.death > ?3 AND e.chunk IS NOT NULL"+
-			"\nLEFT JOIN chunks c ON c.id = e.chunk", ", e.idx")
+			"\nLEFT JOIN chunks c ON c.id = e.chunk", ", d.birth, i.birth, e.idx")
 )
 
 // plusRow is one row of a joined listing.
@@ -35,17 +41,22 @@ type plusRow struct {
 	name string
 	in   inode
 	idx  sql.NullInt64
-	data []byte
+	data []byte // the chunk's bytes; valid only until the cursor moves on
 }
 
 func scanPlus(rows *sql.Rows, withData bool) (plusRow, error) {
 	var r plusRow
-	var name, target, iname []byte
-	dst := []any{&name, &r.in.ino, &r.in.mode, &r.in.uid, &r.in.gid, &r.in.nlink, &r.in.size, &r.in.mtime, &r.in.ctime, &target, &r.in.parent, &iname}
+	var name, target, iname sql.RawBytes // copied into strings below
+	// Into int64s, which database/sql fills directly; unsigned destinations
+	// would cost it a format and parse per column.
+	var ino, mode, uid, gid, nlink, parent int64
+	dst := []any{&name, &ino, &mode, &uid, &gid, &nlink, &r.in.size, &r.in.mtime, &r.in.ctime, &target, &parent, &iname}
 	if withData {
-		dst = append(dst, &r.idx, &r.data)
+		// RawBytes: the driver's copy of the blob, not a second one.
+		dst = append(dst, &r.idx, (*sql.RawBytes)(&r.data))
 	}
 	err := rows.Scan(dst...)
+	r.in.ino, r.in.mode, r.in.uid, r.in.gid, r.in.nlink, r.in.parent = uint64(ino), uint32(mode), uint32(uid), uint32(gid), uint32(nlink), uint64(parent)
 	r.name, r.in.target, r.in.name = string(name), string(target), string(iname)
 	return r, err
 }
@@ -109,8 +120,14 @@ func (sn *Snapshot) ReadTree(ctx context.Context, p string, fn TreeFunc) error {
 	return sn.settle(ctx, v.readTree(clean, in.ino, fn))
 }
 
+// subdir is a directory entry ReadTree visits after its parent's files.
+type subdir struct {
+	name string
+	in   *inode
+}
+
 func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
-	var subdirs []dirEntry
+	var subdirs []subdir
 	if len(v.layers) == 1 {
 		var err error
 		if subdirs, err = v.readDirData(p, dir, fn); err != nil {
@@ -123,7 +140,7 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 		}
 		for i, e := range es {
 			if ins[i].isDir() {
-				subdirs = append(subdirs, e)
+				subdirs = append(subdirs, subdir{e.name, ins[i]})
 				continue
 			}
 			var r io.Reader
@@ -140,18 +157,14 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
-		in, err := v.inode(d.ino)
-		if err != nil {
-			return err
-		}
 		cp := joinPath(p, d.name)
-		if err := fn(cp, in.stat(d.name, cp), nil); err != nil {
+		if err := fn(cp, d.in.stat(d.name, cp), nil); err != nil {
 			if errors.Is(err, SkipDir) {
 				continue
 			}
 			return err
 		}
-		if err := v.readTree(cp, d.ino, fn); err != nil {
+		if err := v.readTree(cp, d.in.ino, fn); err != nil {
 			return err
 		}
 	}
@@ -160,7 +173,7 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 
 // readDirData streams one directory's files from a single query and
 // returns its subdirectories for the caller to visit after the cursor closes.
-func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]dirEntry, error) {
+func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]subdir, error) {
 	l := v.layers[0]
 	rows, err := v.q.listData.QueryContext(v.ctx, l.ws, dir, l.rev)
 	if err != nil {
@@ -168,7 +181,7 @@ func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]dirEntry, error
 	}
 	defer rows.Close()
 	cr := &chunkReader{rows: rows, cs: v.cs}
-	var subdirs []dirEntry
+	var subdirs []subdir
 	if !cr.advance() {
 		return nil, cr.err
 	}
@@ -176,7 +189,7 @@ func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]dirEntry, error
 		head := cr.row
 		in := head.in
 		if in.isDir() {
-			subdirs = append(subdirs, dirEntry{name: head.name, ino: in.ino, kind: in.kind()})
+			subdirs = append(subdirs, subdir{head.name, &in})
 			cr.advance()
 			continue
 		}
@@ -227,6 +240,29 @@ func (c *chunkReader) start(in *inode) {
 	c.in, c.name, c.pos = in, c.row.name, 0
 }
 
+// piece returns the file's next bytes from pos: a slice of the current
+// row's chunk, or else the count of zero bytes (a hole) before the next
+// chunk or the end of the file. Both are empty at the end or on error.
+func (c *chunkReader) piece() ([]byte, int64) {
+	for c.err == nil && c.pos < c.in.size {
+		// The current row, if it is still this file's and has a chunk.
+		if !c.ok || c.row.name != c.name || !c.row.idx.Valid {
+			return nil, c.in.size - c.pos // no more chunks: zeros to the end
+		}
+		start := c.row.idx.Int64 * c.cs
+		end := min(start+int64(len(c.row.data)), c.in.size) // bytes past the end are not content
+		switch {
+		case c.pos >= end:
+			c.advance()
+		case c.pos >= start:
+			return c.row.data[c.pos-start : end-start], 0
+		default:
+			return nil, start - c.pos
+		}
+	}
+	return nil, 0
+}
+
 // Read fills p with the file's bytes: chunk data, and zeros in holes.
 func (c *chunkReader) Read(p []byte) (int, error) {
 	if c.err != nil {
@@ -235,38 +271,50 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	if c.pos >= c.in.size {
 		return 0, io.EOF
 	}
-	p = p[:min(int64(len(p)), c.in.size-c.pos)]
 	n := 0
 	for n < len(p) {
-		// The current row, if it is still this file's and has a chunk.
-		if c.ok && c.row.name == c.name && c.row.idx.Valid {
-			start := c.row.idx.Int64 * c.cs
-			end := start + int64(len(c.row.data))
-			switch {
-			case c.pos >= end:
-				c.advance()
-				continue
-			case c.pos >= start:
-				m := copy(p[n:], c.row.data[c.pos-start:])
-				n += m
-				c.pos += int64(m)
-				continue
-			default: // a hole before this chunk
-				m := int(min(int64(len(p)-n), start-c.pos))
-				clear(p[n : n+m])
-				n += m
-				c.pos += int64(m)
-				continue
-			}
+		data, zeros := c.piece()
+		var m int
+		switch {
+		case len(data) > 0:
+			m = copy(p[n:], data)
+		case zeros > 0:
+			m = int(min(int64(len(p)-n), zeros))
+			clear(p[n : n+m])
+		default:
+			return n, c.err // nil at the end of the file: EOF comes next call
 		}
-		// No more chunks: zeros to the end.
-		m := len(p) - n
-		clear(p[n:])
 		n += m
 		c.pos += int64(m)
 	}
-	if c.err != nil {
-		return n, c.err
-	}
 	return n, nil
+}
+
+// WriteTo writes the rest of the file to w straight from the rows' chunk
+// bytes, with no copy in between (io.Copy uses it).
+func (c *chunkReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	var zbuf []byte
+	for {
+		data, zeros := c.piece()
+		switch {
+		case len(data) > 0:
+		case zeros > 0:
+			if zbuf == nil {
+				zbuf = make([]byte, min(zeros, 64<<10))
+			}
+			data = zbuf[:min(zeros, int64(len(zbuf)))]
+		default:
+			return total, c.err
+		}
+		m, err := w.Write(data)
+		total += int64(m)
+		c.pos += int64(m)
+		if err == nil && m < len(data) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }

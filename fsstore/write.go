@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"syscall"
 )
 
@@ -32,6 +34,10 @@ type wtx struct {
 	freshIno map[uint64]bool                // inodes created here
 	freshExt map[extentKey]bool             // extent rows written for fresh inodes
 	unsaved  map[uint64]bool                // fresh inodes whose row is written at finish
+	newExt   []any                          // extent rows of fresh inodes not yet inserted, flat: see flushExtents
+	newDent  []any                          // entry rows of fresh directories not yet inserted, flat: see flushEntries
+	chunks   map[int64]chunkRow             // chunk rows read here (rows never change or go within a transaction)
+	lastRun  int64                          // the id after the last chunk verified alone
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
 }
@@ -41,8 +47,26 @@ type extentKey struct {
 	idx int64
 }
 
-// inode returns the current version of ino.
+// chunkRow is what identifies a stored chunk.
+type chunkRow struct {
+	hash Hash
+	size int64
+}
+
+// inode returns the current version of ino. If it is a directory, what
+// lists it from the database (t.v.list) sees the entries setEntry holds back.
 func (t *wtx) inode(ino uint64) (*inode, error) {
+	in, err := t.cachedInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.listable(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func (t *wtx) cachedInode(ino uint64) (*inode, error) {
 	if in, ok := t.inodes[ino]; ok {
 		return in, nil
 	}
@@ -52,6 +76,17 @@ func (t *wtx) inode(ino uint64) (*inode, error) {
 	}
 	t.inodes[ino] = in
 	return in, nil
+}
+
+// listable writes the entries setEntry holds back if in is a directory:
+// every caller that reads a directory's entries from the database gets it
+// through inode or resolve first. The parents that resolveDir finds for
+// new entries do not count, so that an import's entries go in batches.
+func (t *wtx) listable(in *inode) error {
+	if len(t.newDent) > 0 && in.isDir() {
+		return t.flushEntries()
+	}
+	return nil
 }
 
 // lookup finds name in directory parent.
@@ -67,11 +102,23 @@ func (t *wtx) lookup(parent uint64, name string) (uint64, int, error) {
 
 // resolve walks a clean path without following symlinks.
 func (t *wtx) resolve(p string) (*inode, error) {
+	in, err := t.locate(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.listable(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// locate is resolve without listable.
+func (t *wtx) locate(p string) (*inode, error) {
 	if p == "" {
-		return t.inode(t.v.root)
+		return t.cachedInode(t.v.root)
 	}
 	if ino, ok := t.dirs[p]; ok {
-		return t.inode(ino)
+		return t.cachedInode(ino)
 	}
 	dir, name := parentName(p)
 	parent, err := t.resolveDir(dir)
@@ -82,7 +129,7 @@ func (t *wtx) resolve(p string) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := t.inode(ino)
+	in, err := t.cachedInode(ino)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +139,10 @@ func (t *wtx) resolve(p string) (*inode, error) {
 	return in, nil
 }
 
-// resolveDir resolves a clean path that must name a directory.
+// resolveDir resolves a clean path that must name a directory, to add or
+// remove entries in it (see listable).
 func (t *wtx) resolveDir(p string) (*inode, error) {
-	in, err := t.resolve(p)
+	in, err := t.locate(p)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +172,8 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
 		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
 		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
-		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{}}
+		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{},
+		chunks: map[int64]chunkRow{}}
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
@@ -136,10 +185,14 @@ func (t *wtx) finish(info CommitInfo) error {
 	if err := t.flushDirs(); err != nil {
 		return err
 	}
-	for ino := range t.unsaved {
-		if err := t.insertInode(t.inodes[ino]); err != nil {
-			return err
-		}
+	if err := t.flushExtents(); err != nil {
+		return err
+	}
+	if err := t.flushEntries(); err != nil {
+		return err
+	}
+	if err := t.insertUnsaved(); err != nil {
+		return err
 	}
 	if info.Tenant == "" {
 		info.Tenant = t.ws.tenant
@@ -245,6 +298,32 @@ func (t *wtx) putInode(in *inode) error {
 	return t.insertInode(in)
 }
 
+// insertUnsaved writes the rows of the inodes made in this revision, in
+// inode order (appends to the primary key's b-tree) and inodeBatch rows per
+// statement: an import makes one per file.
+func (t *wtx) insertUnsaved() error {
+	inos := slices.Sorted(maps.Keys(t.unsaved))
+	args := make([]any, 0, inodeBatch*14)
+	for len(inos) >= inodeBatch {
+		args = args[:0]
+		for _, ino := range inos[:inodeBatch] {
+			in := t.inodes[ino]
+			target, name := in.columns()
+			args = append(args, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+		}
+		if _, err := t.q.insInodes.ExecContext(t.ctx, args...); err != nil {
+			return wrapDB("insert inodes", err)
+		}
+		inos = inos[inodeBatch:]
+	}
+	for _, ino := range inos {
+		if err := t.insertInode(t.inodes[ino]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *wtx) insertInode(in *inode) error {
 	target, name := in.columns()
 	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
@@ -319,6 +398,9 @@ func (t *wtx) dropExtents(in *inode) error {
 	if !in.isReg() {
 		return nil
 	}
+	if err := t.flushExtents(); err != nil {
+		return err
+	}
 	rows, err := t.s.wconn.QueryContext(t.ctx, `SELECT idx, birth FROM extents WHERE ws = ?1 AND ino = ?2 AND death > ?3`, ws, in.ino, t.rev)
 	if err != nil {
 		return wrapDB("drop extents", err)
@@ -358,6 +440,11 @@ func (t *wtx) setEntry(parent uint64, name string, ino uint64, kind int) error {
 		} else {
 			m[name] = dirEntry{name: name, ino: ino, kind: kind}
 		}
+		if had {
+			if err := t.flushEntries(); err != nil {
+				return err
+			}
+		}
 		if had && ino == 0 {
 			// Nothing beneath a fresh directory needs shadowing: drop the
 			// row, so that the name can be added again in this revision.
@@ -371,8 +458,11 @@ func (t *wtx) setEntry(parent uint64, name string, ino uint64, kind int) error {
 		if ino == 0 {
 			return nil
 		}
-		_, err := t.q.insDentry.ExecContext(t.ctx, ws, parent, name, t.rev, forever, ino, kind)
-		return wrapDB("set entry", err)
+		t.newDent = append(t.newDent, ws, parent, name, t.rev, forever, ino, kind)
+		if len(t.newDent) == entryBatch*entryCols {
+			return t.flushEntries()
+		}
+		return nil
 	}
 	var cur uint64
 	var curKind int
@@ -407,12 +497,18 @@ func (t *wtx) setExtent(ino uint64, idx int64, chunk int64) error {
 	if t.freshIno[ino] {
 		k := extentKey{ino, idx}
 		if t.freshExt[k] {
+			if err := t.flushExtents(); err != nil {
+				return err
+			}
 			_, err := t.q.setExtent.ExecContext(t.ctx, val, ws, ino, idx, t.rev)
 			return wrapDB("set extent", err)
 		}
 		t.freshExt[k] = true
-		_, err := t.q.insExtent.ExecContext(t.ctx, ws, ino, idx, t.rev, forever, val)
-		return wrapDB("set extent", err)
+		t.newExt = append(t.newExt, ws, ino, idx, t.rev, forever, val)
+		if len(t.newExt) == extentBatch*extentCols {
+			return t.flushExtents()
+		}
+		return nil
 	}
 	err := t.q.extentRow.QueryRowContext(t.ctx, ws, ino, idx, t.rev).Scan(&cur, &birth, &death)
 	switch {
@@ -432,6 +528,48 @@ func (t *wtx) setExtent(ino uint64, idx int64, chunk int64) error {
 	}
 	_, err = t.q.insExtent.ExecContext(t.ctx, ws, ino, idx, t.rev, forever, val)
 	return wrapDB("set extent", err)
+}
+
+// flushExtents inserts the extent rows of fresh inodes that setExtent
+// holds back to write extentBatch at a time (an import writes one or more
+// per file). Whatever reads extents inside the transaction calls it first.
+func (t *wtx) flushExtents() error {
+	rows := t.newExt
+	for len(rows) >= extentBatch*extentCols {
+		if _, err := t.q.insExtents.ExecContext(t.ctx, rows[:extentBatch*extentCols]...); err != nil {
+			return wrapDB("set extent", err)
+		}
+		rows = rows[extentBatch*extentCols:]
+	}
+	for ; len(rows) > 0; rows = rows[extentCols:] {
+		if _, err := t.q.insExtent.ExecContext(t.ctx, rows[:extentCols]...); err != nil {
+			return wrapDB("set extent", err)
+		}
+	}
+	clear(t.newExt)
+	t.newExt = t.newExt[:0]
+	return nil
+}
+
+// flushEntries inserts the entry rows of fresh directories that setEntry
+// holds back to write entryBatch at a time (an import writes one per file);
+// see listable.
+func (t *wtx) flushEntries() error {
+	rows := t.newDent
+	for len(rows) >= entryBatch*entryCols {
+		if _, err := t.q.insDentries.ExecContext(t.ctx, rows[:entryBatch*entryCols]...); err != nil {
+			return wrapDB("set entry", err)
+		}
+		rows = rows[entryBatch*entryCols:]
+	}
+	for ; len(rows) > 0; rows = rows[entryCols:] {
+		if _, err := t.q.insDentry.ExecContext(t.ctx, rows[:entryCols]...); err != nil {
+			return wrapDB("set entry", err)
+		}
+	}
+	clear(t.newDent)
+	t.newDent = t.newDent[:0]
+	return nil
 }
 
 // putChunk stores data as a chunk, or finds the copy already stored.
@@ -458,13 +596,12 @@ func (t *wtx) chunkID(ref ChunkRef) (int64, error) {
 	if ref.id != 0 {
 		// The row id (from Put or Diff) is only a hint: GC may have deleted
 		// the row since, and SQLite may have given its id to another chunk.
-		var h []byte
-		var size int64
-		err := t.q.chunkInfo.QueryRowContext(t.ctx, ref.id).Scan(&h, &size)
-		if err == nil && string(h) == string(ref.Hash[:]) && size == int64(ref.Len) {
+		c, err := t.chunkRow(ref.id)
+		if err != nil {
+			return 0, err
+		}
+		if c.hash == ref.Hash && c.size == int64(ref.Len) {
 			return ref.id, nil
-		} else if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return 0, wrapDB("find chunk", err)
 		}
 	}
 	var id, size int64
@@ -480,6 +617,49 @@ func (t *wtx) chunkID(ref ChunkRef) (int64, error) {
 	return id, nil
 }
 
+// chunkRow reads chunk row id (the zero chunkRow if there is none), once
+// per transaction. An Uploader gives consecutive ids to the chunks it
+// writes, and a big commit names them in that order: once two ids in a row
+// come, it reads the next chunkRunLen rows in one query.
+func (t *wtx) chunkRow(id int64) (chunkRow, error) {
+	if c, ok := t.chunks[id]; ok {
+		return c, nil
+	}
+	if id != t.lastRun {
+		t.lastRun = id + 1
+		var c chunkRow
+		var h []byte
+		err := t.q.chunkInfo.QueryRowContext(t.ctx, id).Scan(&h, &c.size)
+		if errors.Is(err, sql.ErrNoRows) {
+			return chunkRow{}, nil
+		} else if err != nil {
+			return chunkRow{}, wrapDB("find chunk", err)
+		}
+		copy(c.hash[:], h)
+		t.chunks[id] = c
+		return c, nil
+	}
+	rows, err := t.q.chunkRun.QueryContext(t.ctx, id)
+	if err != nil {
+		return chunkRow{}, wrapDB("find chunk", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rid int64
+		var h sql.RawBytes
+		var c chunkRow
+		if err := rows.Scan(&rid, &h, &c.size); err != nil {
+			return chunkRow{}, wrapDB("find chunk", err)
+		}
+		copy(c.hash[:], h)
+		t.chunks[rid] = c
+	}
+	if err := rows.Err(); err != nil {
+		return chunkRow{}, wrapDB("find chunk", err)
+	}
+	return t.chunks[id], nil
+}
+
 // writeData writes data at off into a regular file, chunk by chunk.
 func (t *wtx) writeData(in *inode, off int64, data []byte) error {
 	cs := t.s.chunkSize
@@ -490,6 +670,9 @@ func (t *wtx) writeData(in *inode, off int64, data []byte) error {
 		var buf []byte
 		if off > start || off+n < start+cs {
 			// A partial chunk: merge with what is there.
+			if err := t.flushExtents(); err != nil {
+				return err
+			}
 			old, err := t.v.extentAt(in.ino, idx)
 			if err != nil {
 				return err
@@ -547,6 +730,9 @@ func (t *wtx) truncate(in *inode, size int64) error {
 	}
 	cs := t.s.chunkSize
 	if size < in.size {
+		if err := t.flushExtents(); err != nil {
+			return err
+		}
 		keep := (size + cs - 1) / cs // slots [0, keep) survive
 		es, err := t.v.extents(in.ino, keep, (in.size+cs-1)/cs+1)
 		if err != nil {

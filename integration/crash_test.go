@@ -17,11 +17,13 @@ import (
 
 	"computerd/agentctl/client"
 	daemoncmd "computerd/computerd/command"
+	"computerd/computerd/sandbox"
 )
 
 // TestMain lets the test binary play a computerd process: with
 // COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits.
 func TestMain(m *testing.M) {
+	sandbox.Init() // the test binary is also the containers' init
 	if dir := os.Getenv("COMPUTERD_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := daemoncmd.Run(ctx, []string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, os.Stdout, os.Stderr)

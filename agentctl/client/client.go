@@ -440,3 +440,72 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 	var out wire.AttachResult
 	return out, json.NewDecoder(resp.Body).Decode(&out)
 }
+
+// Exec runs a command in a sandbox and calls fn with each event as it
+// arrives; it returns the exec's record from the exit event. A retry with
+// the same req.Key returns the recorded result (or attaches to the run).
+func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return fsstore.Exec{}, err
+	}
+	resp, err := c.do(ctx, request{method: "POST", path: wsPath(ws, "/exec"), body: bytes.NewReader(b), ctype: "application/json"})
+	if err != nil {
+		return fsstore.Exec{}, err
+	}
+	return readEvents(resp, fn)
+}
+
+// FollowExec streams the events of exec id from its start.
+func (c *Client) FollowExec(ctx context.Context, ws, id string, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/execs/", url.PathEscape(id), "/events")})
+	if err != nil {
+		return fsstore.Exec{}, err
+	}
+	return readEvents(resp, fn)
+}
+
+func readEvents(resp *http.Response, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	for sc.Scan() {
+		var ev wire.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fsstore.Exec{}, fmt.Errorf("exec: bad event: %w", err)
+		}
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return fsstore.Exec{}, err
+			}
+		}
+		if ev.Type == "exit" && ev.Exec != nil {
+			return *ev.Exec, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fsstore.Exec{}, fmt.Errorf("exec: event stream cut: %w", err)
+	}
+	return fsstore.Exec{}, errors.New("exec: event stream ended without an exit event")
+}
+
+// Execs lists a workspace's execs, newest first.
+func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]fsstore.Exec, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out []fsstore.Exec
+	return out, c.call(ctx, "GET", wsPath(ws, "/execs"), q, nil, &out)
+}
+
+// ExecRecord returns one exec's journal record.
+func (c *Client) ExecRecord(ctx context.Context, ws, id string) (fsstore.Exec, error) {
+	var out fsstore.Exec
+	return out, c.call(ctx, "GET", wsPath(ws, "/execs/", url.PathEscape(id)), nil, nil, &out)
+}
+
+// KillExec ends a running exec.
+func (c *Client) KillExec(ctx context.Context, ws, id string) error {
+	return c.call(ctx, "POST", wsPath(ws, "/execs/", url.PathEscape(id), "/kill"), nil, nil, nil)
+}

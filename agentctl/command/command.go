@@ -91,6 +91,10 @@ func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, 
 }
 
 func commands() []*cli.Command {
+	return append(fileCommands(), execCommands()...)
+}
+
+func fileCommands() []*cli.Command {
 	return []*cli.Command{
 		{
 			Name: "ws", Usage: "create, list, remove and fork workspaces",

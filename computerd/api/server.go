@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"computerd/computerd/metrics"
+	"computerd/computerd/runner"
 	"computerd/computerd/wire"
 	"computerd/fsstore"
 	"computerd/syncproto"
@@ -55,6 +56,8 @@ type Server struct {
 	Limits  Limits
 	Metrics *metrics.Metrics // may be nil
 	Log     *slog.Logger     // may be nil
+	// Runner runs execs; nil answers exec calls with 503.
+	Runner *runner.Runner
 
 	mux      *http.ServeMux
 	homeOnce sync.Once
@@ -100,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 		{"POST /v1/workspaces/{ws}/attach", s.attach},
 	}
 	routes = append(routes, s.syncRoutes()...)
+	routes = append(routes, s.execRoutes()...)
 	for _, r := range routes {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}

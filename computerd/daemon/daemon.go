@@ -17,6 +17,8 @@ import (
 
 	"computerd/computerd/api"
 	"computerd/computerd/metrics"
+	"computerd/computerd/runner"
+	"computerd/computerd/sandbox"
 	"computerd/fsstore"
 )
 
@@ -34,6 +36,12 @@ type Config struct {
 	Log *slog.Logger
 	// SyncFull makes every commit fsync (survives power loss, not only crashes).
 	SyncFull bool
+	// NoExec turns sandboxed exec off (it needs root, cgroup v2 and /dev/fuse).
+	NoExec bool
+	// SandboxLimits are the default container limits (zero: sandbox defaults).
+	SandboxLimits sandbox.Limits
+	// ExecTimeout is the default exec timeout (0: the runner's default).
+	ExecTimeout time.Duration
 }
 
 // DefaultListen is the API's default address: loopback only.
@@ -43,6 +51,7 @@ const DefaultListen = "127.0.0.1:7777"
 type Daemon struct {
 	Store   *fsstore.Store
 	Metrics *metrics.Metrics
+	Runner  *runner.Runner // nil with NoExec
 
 	cfg      Config
 	lock     *os.File
@@ -77,7 +86,13 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.Metrics.WatchStore(d.Store)
-	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log}
+	if !cfg.NoExec {
+		if err := d.startRunner(ctx); err != nil {
+			d.closeStore()
+			return nil, err
+		}
+	}
+	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		d.closeStore()
@@ -97,6 +112,21 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	go func() { d.served <- serve(d.api, d.apiLn) }()
 	cfg.Log.Info("serving", "api", d.URL(), "metrics", d.MetricsURL(), "data", cfg.DataDir)
 	return d, nil
+}
+
+// startRunner prepares sandboxed exec and recovers from a previous crash:
+// orphaned containers and mounts go, interrupted execs' writes are kept.
+func (d *Daemon) startRunner(ctx context.Context) error {
+	run := filepath.Join(d.cfg.DataDir, "run")
+	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits}
+	d.Runner = &runner.Runner{
+		Store: d.Store, Sandbox: sb, Metrics: d.Metrics, Log: d.cfg.Log,
+		Dir: run, DefaultTimeout: d.cfg.ExecTimeout,
+	}
+	if err := d.Runner.Recover(ctx); err != nil {
+		return fmt.Errorf("exec recovery: %w", err)
+	}
+	return nil
 }
 
 func serve(s *http.Server, ln net.Listener) error {
@@ -136,6 +166,11 @@ func (d *Daemon) Wait() <-chan error { return d.served }
 // Shutdown stops accepting calls, lets those in flight finish until ctx
 // ends (then cuts them), and closes the store.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	if d.Runner != nil {
+		// Running commands may finish until ctx ends; then they are killed
+		// and what they wrote is committed.
+		d.Runner.Shutdown(ctx)
+	}
 	err := d.api.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		d.api.Close()

@@ -33,6 +33,14 @@ type Metrics struct {
 	Pushes        *prometheus.CounterVec
 	PendingPushes prometheus.Gauge
 	SyncLatency   *prometheus.HistogramVec
+
+	// Execs: count by outcome (exited, killed, timeout, failed,
+	// interrupted, pending), start latency (request to command start) and
+	// duration, and containers running now.
+	Execs        *prometheus.CounterVec
+	ExecStart    prometheus.Histogram
+	ExecDuration prometheus.Histogram
+	ExecsRunning prometheus.Gauge
 }
 
 // New makes the collectors and registers them, with Go and process collectors,
@@ -70,6 +78,21 @@ func New() *Metrics {
 		Name: "computerd_sync_seconds", Help: "Sync latency by operation (pull, fetch, push).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 	}, []string{"op"})
+	m.Execs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_execs_total", Help: "Execs ended, by outcome.",
+	}, []string{"outcome"})
+	m.ExecStart = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "computerd_exec_start_seconds", Help: "From an exec request to its command starting (mount and container).",
+		Buckets: prometheus.ExponentialBuckets(0.002, 2, 12),
+	})
+	m.ExecDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "computerd_exec_duration_seconds", Help: "Exec durations, request to recorded result.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
+	})
+	m.ExecsRunning = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "computerd_execs_running", Help: "Execs (containers) running now.",
+	})
+	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),

@@ -89,3 +89,35 @@ type AttachResult struct {
 	Files    int              `json:"files"`
 	Bytes    int64            `json:"bytes"`
 }
+
+// ExecRequest is the body of POST /v1/workspaces/{ws}/exec.
+type ExecRequest struct {
+	Argv    []string          `json:"argv"`
+	Cwd     string            `json:"cwd,omitempty"` // relative to /workspace
+	Env     map[string]string `json:"env,omitempty"`
+	Stdin   []byte            `json:"stdin,omitempty"`
+	Timeout string            `json:"timeout,omitempty"` // a Go duration: "30s", "5m"
+	Key     string            `json:"key,omitempty"`     // idempotency key (or the Idempotency-Key header)
+	Memory  int64             `json:"memory,omitempty"`  // bytes
+	Pids    int64             `json:"pids,omitempty"`
+	CPUs    float64           `json:"cpus,omitempty"`
+}
+
+// ExecEvent is one line of an exec's NDJSON event stream: output as it
+// is produced, then exactly one "exit" event carrying the journal record.
+type ExecEvent struct {
+	Seq    uint64        `json:"seq"`
+	Type   string        `json:"type"`               // "output" or "exit"
+	Stream string        `json:"stream,omitempty"`   // "stdout" or "stderr"
+	Data   string        `json:"data,omitempty"`     // the bytes, when they are valid UTF-8
+	Data64 []byte        `json:"data_b64,omitempty"` // otherwise, base64
+	Exec   *fsstore.Exec `json:"exec,omitempty"`     // with "exit"
+}
+
+// Bytes returns an output event's bytes.
+func (e ExecEvent) Bytes() []byte {
+	if e.Data64 != nil {
+		return e.Data64
+	}
+	return []byte(e.Data)
+}

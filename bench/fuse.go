@@ -1,0 +1,354 @@
+package main
+
+// The fuse suite measures package fusefs (a workspace served as a
+// directory) against the same workloads on the local file system (ext4
+// here: -dir) and on go-fuse's loopback file system with its default
+// options (fs.NewLoopbackRoot over a directory of -dir; one-second entry
+// and attribute timeouts), all in the same run, workload by workload:
+//
+//  1. cp_r: cp -r of the source tree (-src) into the mount.
+//  2. find: find | wc -l over the copy, warm (after two untimed runs).
+//  3. grep_r: grep -r for an absent string over the copy, warm (after two
+//     untimed runs). Two, because on any read-write FUSE mount the first
+//     run after files were written reads their partial last pages (the
+//     kernel caches only whole pages written through it), and each such READ
+//     makes the kernel drop the file's cached atime, so the second run
+//     revalidates attributes with one GETATTR per file; from the third run
+//     on the mount serves nothing. grep_r_second reports that second run.
+//  4. git_add_commit: git add -A && git commit in the copy (after git init).
+//  5. create_stat_unlink: 10k empty files created, then stat'ed, then unlinked.
+//  6. seq_write: a 256 MiB file written sequentially in 1 MiB writes.
+//  7. seq_read: that file read back sequentially after fsync and
+//     posix_fadvise(DONTNEED) dropped its cached pages (on ext4 it then
+//     comes from the disk; the loopback's from the backing file's page
+//     cache; the mount's from the store's database); seq_read_warm reads it
+//     again with its pages cached.
+//
+// Short workloads run up to three times per target, the targets taking
+// turns, and each target's fastest run counts (the machine is shared).
+// Each result's ref is ext4; a second result per workload (_vs_loopback)
+// compares with the loopback file system (bar <= 1: never slower). find,
+// grep_r and seq_read also have bars against ext4 (<= 2). The times are
+// what the application sees; the mount's commits of what the writing
+// workloads left are reported apart (commit_after_*), since the kernel's
+// own write-back is not timed for the references either.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"computerd/computerd/fusefs"
+	"computerd/fsstore"
+)
+
+func init() {
+	register(Suite{Name: "fuse", Doc: "fusefs: a workspace mount against ext4 and the go-fuse loopback", Run: runFuse})
+}
+
+const (
+	fuseManyFiles = 10_000
+	fuseBigSize   = 256 << 20
+)
+
+// fuseTarget is one file system the workloads run on.
+type fuseTarget struct {
+	name   string
+	dir    string
+	commit func(ctx context.Context) (time.Duration, error) // nil: nothing to commit
+}
+
+func runFuse(ctx context.Context, env *Env) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("fuse suite: needs root and /dev/fuse")
+	}
+	targets, cleanup, err := fuseTargets(ctx, env)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	type workload struct {
+		name       string
+		ext4Bar    Bar
+		prepare    func(ctx context.Context, dir string) error
+		run        func(ctx context.Context, dir string) error
+		commitNote bool
+		repeat     int // runs per target, alternating targets; the fastest counts
+	}
+	src := env.Src
+	workloads := []workload{
+		{name: "cp_r", run: func(ctx context.Context, dir string) error {
+			return sh(ctx, "", "cp", "-r", src, filepath.Join(dir, "src"))
+		}, commitNote: true},
+		{name: "find", ext4Bar: Bar{"ratio", "<=", 2}, prepare: func(ctx context.Context, dir string) error {
+			return errors.Join(findWc(ctx, dir), findWc(ctx, dir))
+		}, run: findWc, repeat: 3},
+		{name: "grep_r_second", prepare: grepAbsent, run: grepAbsent},
+		{name: "grep_r", ext4Bar: Bar{"ratio", "<=", 2}, run: grepAbsent, repeat: 3},
+		{name: "git_add_commit", prepare: func(ctx context.Context, dir string) error {
+			return sh(ctx, filepath.Join(dir, "src"), "git", "init", "-q")
+		}, run: func(ctx context.Context, dir string) error {
+			return sh(ctx, filepath.Join(dir, "src"), "sh", "-c", "git add -A && git commit -q -m bench")
+		}, commitNote: true},
+		{name: "create_stat_unlink", run: createStatUnlink, commitNote: true},
+		{name: "seq_write", run: func(ctx context.Context, dir string) error {
+			return writeBig(filepath.Join(dir, "big"))
+		}, commitNote: true, repeat: 2},
+		{name: "seq_read", ext4Bar: Bar{"ratio", "<=", 2}, run: func(ctx context.Context, dir string) error {
+			return readBig(filepath.Join(dir, "big"), true)
+		}, repeat: 3},
+		{name: "seq_read_warm", ext4Bar: Bar{"ratio", "<=", 2}, run: func(ctx context.Context, dir string) error {
+			return readBig(filepath.Join(dir, "big"), false)
+		}, repeat: 3},
+	}
+	for _, w := range workloads {
+		times := map[string]time.Duration{}
+		var commitTime time.Duration
+		for _, t := range targets {
+			if w.prepare != nil {
+				if err := w.prepare(ctx, t.dir); err != nil {
+					return fmt.Errorf("%s on %s: prepare: %w", w.name, t.name, err)
+				}
+			}
+		}
+		for i := 0; i < max(1, w.repeat); i++ {
+			for _, t := range targets {
+				env.Logf("fuse: %s on %s", w.name, t.name)
+				err := env.phase(ctx, "fuse_"+w.name, func(ctx context.Context) error {
+					start := time.Now()
+					if err := w.run(ctx, t.dir); err != nil {
+						return err
+					}
+					if d := time.Since(start); times[t.name] == 0 || d < times[t.name] {
+						times[t.name] = d
+					}
+					return nil
+				})
+				if err != nil {
+					return fmt.Errorf("%s on %s: %w", w.name, t.name, err)
+				}
+				if t.commit != nil {
+					d, err := t.commit(ctx)
+					if err != nil {
+						return fmt.Errorf("%s on %s: commit: %w", w.name, t.name, err)
+					}
+					commitTime = d
+				}
+			}
+		}
+		name := "fuse/" + w.name
+		v := secs(times["computerd"])
+		env.Emit(Result{Name: name, Value: v, Unit: "s"}.withRef("ext4_s", secs(times["ext4"])).check(w.ext4Bar))
+		env.Emit(Result{Name: name + "_vs_loopback", Value: v, Unit: "s"}.withRef("loopback_s", secs(times["loopback"])).check(Bar{"ratio", "<=", 1}))
+		env.Emit(Result{Name: name + "_loopback", Value: secs(times["loopback"]), Unit: "s",
+			Note: "the go-fuse loopback against ext4, for scale"}.withRef("ext4_s", secs(times["ext4"])).check(Bar{}))
+		if w.name == "cp_r" {
+			if mb, err := peakRSSMiB(); err == nil {
+				env.Emit(Result{Name: "fuse/peak_rss_after_cp_r", Value: mb, Unit: "MiB",
+					Note: "VmHWM of the bench process, which serves the mount (and the loopback)"}.check(Bar{"value", "<=", 256}))
+			}
+		}
+		if w.commitNote {
+			env.Emit(Result{Name: "fuse/commit_after_" + w.name, Value: secs(commitTime), Unit: "s",
+				Note: "Mount.Commit of what the workload left: one revision"}.check(Bar{}))
+		}
+	}
+	return nil
+}
+
+// fuseTargets sets up ext4, the loopback and a computerd mount under env.Dir.
+func fuseTargets(ctx context.Context, env *Env) ([]fuseTarget, func(), error) {
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	mk := func(name string) (string, error) {
+		d := filepath.Join(env.Dir, "fuse-"+name)
+		return d, os.MkdirAll(d, 0o755)
+	}
+	ext4, err := mk("ext4")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	back, err := mk("loopback-backing")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	loop, err := mk("loopback")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	root, err := fs.NewLoopbackRoot(back)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	oneSec := time.Second // fs.Mount's defaults, plus DirectMount (no fusermount here)
+	server, err := fs.Mount(loop, root, &fs.Options{EntryTimeout: &oneSec, AttrTimeout: &oneSec,
+		MountOptions: fuse.MountOptions{DirectMount: true}})
+	if err != nil {
+		return nil, cleanup, fmt.Errorf("loopback mount: %w", err)
+	}
+	undo = append(undo, func() {
+		if server.Unmount() != nil {
+			fusefs.CleanupStale(loop)
+		}
+	})
+	storeDir, err := mk("store")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	st := fsstore.New(storeDir)
+	if err := st.Open(ctx); err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, func() { st.Close() })
+	w, err := st.CreateWorkspace(ctx, "bench", "fuse")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	mnt, err := mk("computerd")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	m, err := fusefs.Open(mnt, fusefs.Options{Store: st, Workspace: w.ID, QuietPeriod: -1, SpoolDir: env.Dir})
+	if err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if m.Unmount(ctx) != nil {
+			fusefs.CleanupStale(mnt)
+		}
+	})
+	commit := func(ctx context.Context) (time.Duration, error) {
+		start := time.Now()
+		_, _, err := m.Commit(ctx)
+		return time.Since(start), err
+	}
+	return []fuseTarget{{name: "ext4", dir: ext4}, {name: "loopback", dir: loop}, {name: "computerd", dir: mnt, commit: commit}}, cleanup, nil
+}
+
+// peakRSSMiB is the process's peak resident set size.
+func peakRSSMiB() (float64, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb); err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM")
+}
+
+// sh runs a command in dir, failing with its output.
+func sh(ctx context.Context, dir string, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.com",
+		"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.com", "GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %v: %w: %s", name, args, err, out)
+	}
+	return nil
+}
+
+func findWc(ctx context.Context, dir string) error {
+	return sh(ctx, "", "sh", "-c", "find "+filepath.Join(dir, "src")+" | wc -l >/dev/null")
+}
+
+func grepAbsent(ctx context.Context, dir string) error {
+	cmd := exec.CommandContext(ctx, "grep", "-r", "-q", "zq-absent-string-qz", filepath.Join(dir, "src"))
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 {
+			return nil // no match: everything was read
+		}
+		return err
+	}
+	return fmt.Errorf("grep found the absent string")
+}
+
+func createStatUnlink(ctx context.Context, dir string) error {
+	d := filepath.Join(dir, "many")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return err
+	}
+	name := func(i int) string { return filepath.Join(d, fmt.Sprintf("f%05d", i)) }
+	for i := range fuseManyFiles {
+		f, err := os.Create(name(i))
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	for i := range fuseManyFiles {
+		if _, err := os.Lstat(name(i)); err != nil {
+			return err
+		}
+	}
+	for i := range fuseManyFiles {
+		if err := os.Remove(name(i)); err != nil {
+			return err
+		}
+	}
+	return os.Remove(d)
+}
+
+func writeBig(p string) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>10)
+	}
+	for off := 0; off < fuseBigSize; off += len(buf) {
+		buf[0] = byte(off >> 20) // no two chunks alike
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func readBig(p string, drop bool) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if drop {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			return err
+		}
+	}
+	n, err := io.CopyBuffer(io.Discard, f, make([]byte, 1<<20))
+	if err == nil && n != fuseBigSize {
+		err = fmt.Errorf("read %d bytes, want %d", n, fuseBigSize)
+	}
+	return err
+}

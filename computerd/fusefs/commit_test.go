@@ -1,0 +1,391 @@
+package fusefs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"computerd/computerd/fusefs"
+	"computerd/fsstore"
+)
+
+var bg = context.Background()
+
+// revs returns the workspace's head.
+func head(t *testing.T, st *fsstore.Store, ws int64) int64 {
+	t.Helper()
+	w, err := st.WorkspaceByID(bg, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.Head
+}
+
+// storeFile reads a file from the workspace head ("" and false if absent).
+func storeFile(t *testing.T, st *fsstore.Store, ws int64, p string) (string, bool) {
+	t.Helper()
+	sn, err := st.Snapshot(bg, ws, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sn.ReadFile(bg, p)
+	if errors.Is(err, fsstore.ErrNotFound) {
+		return "", false
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), true
+}
+
+func mustWrite(t *testing.T, p, data string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestHostCommitOneRevision(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	var committed []fsstore.Revision
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, OnCommit: func(r fsstore.Revision) { committed = append(committed, r) }})
+	h0 := head(t, st, w.ID)
+	if _, changed, err := m.Commit(bg); err != nil || changed {
+		t.Fatalf("empty commit: changed %v err %v", changed, err)
+	}
+	os.MkdirAll(filepath.Join(dir, "d/e"), 0o755)
+	mustWrite(t, filepath.Join(dir, "d/e/f"), "one")
+	mustWrite(t, filepath.Join(dir, "tmp"), "gone soon")
+	os.Rename(filepath.Join(dir, "d/e/f"), filepath.Join(dir, "d/g"))
+	os.Remove(filepath.Join(dir, "tmp"))
+	rev, changed, err := m.Commit(bg)
+	if err != nil || !changed {
+		t.Fatalf("commit: changed %v err %v", changed, err)
+	}
+	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != fsstore.SourceMount {
+		t.Fatalf("rev %+v head %d, want one mount revision after %d", rev, head(t, st, w.ID), h0)
+	}
+	if got, _ := storeFile(t, st, w.ID, "d/g"); got != "one" {
+		t.Fatalf("d/g = %q", got)
+	}
+	if _, ok := storeFile(t, st, w.ID, "tmp"); ok {
+		t.Fatal("tmp committed")
+	}
+	if len(committed) != 1 || committed[0].Rev != rev.Rev {
+		t.Fatalf("OnCommit saw %v", committed)
+	}
+	// Nothing changed since: no revision.
+	if _, changed, _ := m.Commit(bg); changed || head(t, st, w.ID) != h0+1 {
+		t.Fatal("second commit made a revision")
+	}
+	// The mount keeps working on top of its commit, with the same inodes.
+	var before, after os.FileInfo
+	before, _ = os.Stat(filepath.Join(dir, "d/g"))
+	mustWrite(t, filepath.Join(dir, "d/g"), "two")
+	m.Commit(bg)
+	after, _ = os.Stat(filepath.Join(dir, "d/g"))
+	if ino(before) != ino(after) {
+		t.Fatalf("inode changed %d -> %d", ino(before), ino(after))
+	}
+	if got, _ := storeFile(t, st, w.ID, "d/g"); got != "two" {
+		t.Fatalf("d/g = %q", got)
+	}
+	sn, _ := st.Snapshot(bg, w.ID, 0)
+	sst, _ := sn.Stat(bg, "d/g")
+	if sst.Ino != ino(after) {
+		t.Fatalf("store inode %d, kernel %d", sst.Ino, ino(after))
+	}
+}
+
+func TestFsyncCommits(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	_, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	h0 := head(t, st, w.ID)
+	f, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteString("durable")
+	if head(t, st, w.ID) != h0 {
+		t.Fatal("committed before fsync")
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if head(t, st, w.ID) != h0+1 {
+		t.Fatalf("head %d after fsync, want %d", head(t, st, w.ID), h0+1)
+	}
+	if got, _ := storeFile(t, st, w.ID, "f"); got != "durable" {
+		t.Fatalf("f = %q", got)
+	}
+}
+
+func TestQuietPeriodCommits(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	_, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, QuietPeriod: 100 * time.Millisecond})
+	h0 := head(t, st, w.ID)
+	mustWrite(t, filepath.Join(dir, "a"), "a")
+	mustWrite(t, filepath.Join(dir, "b"), "b")
+	deadline := time.Now().Add(5 * time.Second)
+	for head(t, st, w.ID) == h0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if head(t, st, w.ID) != h0+1 {
+		t.Fatalf("head %d, want one quiet-period revision after %d", head(t, st, w.ID), h0)
+	}
+	if got, _ := storeFile(t, st, w.ID, "b"); got != "b" {
+		t.Fatalf("b = %q", got)
+	}
+}
+
+func TestExecCommitsExactlyOnce(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	base, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("keep", []byte("k"), 0).WriteFile("edit", []byte("old"), 0).WriteFile("del", []byte("d"), 0), fsstore.CommitInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone else moves the head on after the exec's base: the exec must
+	// still see its base, and commit on top without conflict.
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("other", []byte("o"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, BaseRev: base.Rev, Exec: true,
+		QuietPeriod: 50 * time.Millisecond, Info: fsstore.CommitInfo{ExecID: "x1", Tenant: "t"}})
+	if _, err := os.Stat(filepath.Join(dir, "other")); !os.IsNotExist(err) {
+		t.Fatalf("exec sees a file newer than its base: %v", err)
+	}
+	mustWrite(t, filepath.Join(dir, "edit"), "new")
+	os.Remove(filepath.Join(dir, "del"))
+	mustWrite(t, filepath.Join(dir, "tmp"), "t")
+	time.Sleep(200 * time.Millisecond) // a checkpoint into the draft
+	os.Remove(filepath.Join(dir, "tmp"))
+	f, _ := os.Create(filepath.Join(dir, "new"))
+	f.WriteString("n")
+	f.Sync() // another checkpoint
+	f.Close()
+	if d, _ := st.Drafts(bg); len(d) != 1 {
+		t.Fatalf("drafts %v", d)
+	}
+	h0 := head(t, st, w.ID)
+	rev, changed, err := m.Commit(bg)
+	if err != nil || !changed {
+		t.Fatalf("commit %v %v", changed, err)
+	}
+	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != fsstore.SourceExec || rev.ExecID != "x1" {
+		t.Fatalf("rev %+v, head %d: want one exec revision after %d", rev, head(t, st, w.ID), h0)
+	}
+	files, err := st.DiffFiles(bg, w.ID, h0, rev.Rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range files {
+		got[f.Path] = f.Status
+	}
+	want := map[string]string{"edit": "modified", "del": "deleted", "new": "added"}
+	if len(got) != len(want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	for p, s := range want {
+		if got[p] != s {
+			t.Fatalf("changes %v, want %v", got, want)
+		}
+	}
+	if v, _ := storeFile(t, st, w.ID, "other"); v != "o" {
+		t.Fatal("exec commit lost a concurrent change")
+	}
+	// Nothing more: no revision.
+	if _, changed, _ := m.Commit(bg); changed {
+		t.Fatal("second commit changed something")
+	}
+	if err := m.Unmount(bg); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := st.Drafts(bg); len(d) != 0 {
+		t.Fatalf("drafts left: %v", d)
+	}
+}
+
+func TestExecNoChangeNoRevision(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: true})
+	h0 := head(t, st, w.ID)
+	mustWrite(t, filepath.Join(dir, "tmp"), "t")
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	f, _ := os.Create(filepath.Join(dir, "d/x"))
+	f.Sync()
+	f.Close()
+	os.RemoveAll(filepath.Join(dir, "d"))
+	os.Remove(filepath.Join(dir, "tmp"))
+	if _, changed, err := m.Commit(bg); err != nil || changed {
+		t.Fatalf("changed %v err %v", changed, err)
+	}
+	if head(t, st, w.ID) != h0 {
+		t.Fatal("a revision was made")
+	}
+}
+
+func TestRefreshShowsOthersChanges(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("old"), 0).WriteFile("gone", []byte("g"), 0).Mkdir("d", 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	// Fill the kernel's caches, including a negative entry.
+	if mustRead(t, filepath.Join(dir, "a")) != "old" {
+		t.Fatal("a")
+	}
+	os.Stat(filepath.Join(dir, "gone"))
+	if _, err := os.Stat(filepath.Join(dir, "d/new")); !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	os.ReadDir(filepath.Join(dir, "d"))
+	b := new(fsstore.Batch).WriteFile("a", []byte("new and longer"), 0).WriteFile("d/new", []byte("n"), 0)
+	b.Add(fsstore.Op{Kind: fsstore.OpDelete, Path: "gone"})
+	if _, err := st.Commit(bg, w.ID, b, fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, filepath.Join(dir, "a")); got != "new and longer" {
+		t.Fatalf("a = %q after refresh", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gone")); !os.IsNotExist(err) {
+		t.Fatalf("gone still there: %v", err)
+	}
+	if got := mustRead(t, filepath.Join(dir, "d/new")); got != "n" {
+		t.Fatalf("d/new = %q", got)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "d"))
+	if len(ents) != 1 {
+		t.Fatalf("d lists %v", ents)
+	}
+	// Our own pending write and theirs to other paths both survive.
+	mustWrite(t, filepath.Join(dir, "mine"), "m")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("theirs", []byte("t"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(bg); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, filepath.Join(dir, "theirs")) != "t" {
+		t.Fatal("theirs")
+	}
+	if v, _ := storeFile(t, st, w.ID, "mine"); v != "m" {
+		t.Fatal("mine not committed")
+	}
+	// Both sides add directories to the root; after the mount's commit
+	// lands on top of theirs, the root's link count is the sum of both.
+	os.Stat(dir)
+	os.Mkdir(filepath.Join(dir, "mydir"), 0o755)
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).Mkdir("theirdir", 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(dir)
+	if s := storeStat(t, st, w.ID, ""); uint64(s.Nlink) != statT(fi).Nlink || s.Nlink != 5 {
+		t.Fatalf("root nlink: store %d, mount %d, want 5", s.Nlink, statT(fi).Nlink)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "theirdir")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConflictKeepsBothVersions(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	mustWrite(t, filepath.Join(dir, "a"), "mount")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := m.Commit(bg)
+	var sce *fsstore.ConflictError
+	var ce *fusefs.ConflictError
+	if !errors.As(err, &sce) || !errors.As(err, &ce) {
+		t.Fatalf("commit: %v, want a conflict", err)
+	}
+	if len(sce.Paths) != 1 || sce.Paths[0] != "a" {
+		t.Fatalf("conflict paths %v", sce.Paths)
+	}
+	if v, _ := storeFile(t, st, w.ID, "a"); v != "api" {
+		t.Fatalf("workspace has %q", v)
+	}
+	kept, err := st.Workspace(bg, "t", ce.Name)
+	if err != nil {
+		t.Fatalf("kept workspace %q: %v", ce.Name, err)
+	}
+	if v, _ := storeFile(t, st, kept.ID, "a"); v != "mount" {
+		t.Fatalf("kept version has %q", v)
+	}
+	// The mount still shows its own version and keeps committing there.
+	if mustRead(t, filepath.Join(dir, "a")) != "mount" {
+		t.Fatal("mount lost its version")
+	}
+	mustWrite(t, filepath.Join(dir, "b"), "later")
+	if _, _, err := m.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := storeFile(t, st, kept.ID, "b"); v != "later" {
+		t.Fatalf("later write went %q", v)
+	}
+}
+
+func TestExecConflictKeepsDraft(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: true, Info: fsstore.CommitInfo{ExecID: "e7"}})
+	mustWrite(t, filepath.Join(dir, "a"), "exec")
+	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := m.Commit(bg)
+	var ce *fusefs.ConflictError
+	if !errors.As(err, &ce) || !errors.As(err, new(*fsstore.ConflictError)) {
+		t.Fatalf("commit: %v", err)
+	}
+	kept, err := st.Workspace(bg, "t", ce.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := storeFile(t, st, kept.ID, "a"); v != "exec" {
+		t.Fatalf("kept %q", v)
+	}
+	if v, _ := storeFile(t, st, w.ID, "a"); v != "api" {
+		t.Fatalf("workspace %q", v)
+	}
+}
+
+func ino(fi os.FileInfo) uint64 {
+	if fi == nil {
+		return 0
+	}
+	return statT(fi).Ino
+}

@@ -1,0 +1,195 @@
+package fusefs_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"computerd/computerd/fusefs"
+	"computerd/fsstore"
+)
+
+// TestMain lets the test binary serve a mount as a child process that the
+// crash tests kill.
+func TestMain(m *testing.M) {
+	if os.Getenv("FUSEFS_CHILD") != "" {
+		serveChild()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func serveChild() {
+	var ws int64
+	fmt.Sscan(os.Getenv("FUSEFS_CHILD_WS"), &ws)
+	st := fsstore.New(os.Getenv("FUSEFS_CHILD_STORE"))
+	if err := st.Open(context.Background()); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	_, err := fusefs.Open(os.Getenv("FUSEFS_CHILD_MNT"), fusefs.Options{Store: st, Workspace: ws, QuietPeriod: -1,
+		Exec: os.Getenv("FUSEFS_CHILD_EXEC") != "", Info: fsstore.CommitInfo{ExecID: "crashed"}})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// crashChild starts a child serving workspace ws of the store in dir at
+// mnt, and returns a function that kill -9s it.
+func crashChild(t *testing.T, dir string, ws int64, mnt string, execMode bool) func() {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FUSEFS_CHILD=1", "FUSEFS_CHILD_STORE="+dir, fmt.Sprintf("FUSEFS_CHILD_WS=%d", ws), "FUSEFS_CHILD_MNT="+mnt)
+	if execMode {
+		cmd.Env = append(cmd.Env, "FUSEFS_CHILD_EXEC=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kill := func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+	}
+	t.Cleanup(func() {
+		kill()
+		fusefs.CleanupStale(mnt)
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		kill()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	return kill
+}
+
+func newStoreDir(t *testing.T) (string, int64) {
+	t.Helper()
+	dir := t.TempDir()
+	st := fsstore.New(dir)
+	if err := st.Open(bg); err != nil {
+		t.Fatal(err)
+	}
+	w, err := st.CreateWorkspace(bg, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return dir, w.ID
+}
+
+func reopen(t *testing.T, dir string) *fsstore.Store {
+	t.Helper()
+	st := fsstore.New(dir)
+	if err := st.Open(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func writeSync(t *testing.T, p string, data []byte) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+// TestKill9KeepsFsynced kills the process serving a host mount and
+// checks that everything fsync returned for is in the store.
+func TestKill9KeepsFsynced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root and /dev/fuse")
+	}
+	dir, ws := newStoreDir(t)
+	mnt := t.TempDir()
+	kill := crashChild(t, dir, ws, mnt, false)
+	big := make([]byte, 3<<20+17)
+	for i := range big {
+		big[i] = byte(i % 251)
+	}
+	writeSync(t, filepath.Join(mnt, "one"), []byte("first"))
+	os.Mkdir(filepath.Join(mnt, "d"), 0o755)
+	writeSync(t, filepath.Join(mnt, "d/big"), big)
+	os.Rename(filepath.Join(mnt, "one"), filepath.Join(mnt, "d/one"))
+	d, _ := os.Open(filepath.Join(mnt, "d"))
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	os.WriteFile(filepath.Join(mnt, "unsynced"), []byte("maybe"), 0o644)
+	kill()
+	if err := fusefs.CleanupStale(mnt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(mnt); err != nil {
+		t.Fatalf("mount point after cleanup: %v", err)
+	}
+	st := reopen(t, dir)
+	sn, err := st.Snapshot(bg, ws, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := sn.ReadFile(bg, "d/one"); err != nil || string(b) != "first" {
+		t.Fatalf("d/one: %q %v", b, err)
+	}
+	if b, err := sn.ReadFile(bg, "d/big"); err != nil || string(b) != string(big) {
+		t.Fatalf("d/big: %d bytes, %v", len(b), err)
+	}
+	if rep, err := st.Check(bg, fsstore.CheckOptions{}); err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("check: %v %v", rep, err)
+	}
+}
+
+// TestKill9ExecRecover kills the process serving an exec mount after a
+// checkpoint and checks that Recover commits the writes as an interrupted
+// revision.
+func TestKill9ExecRecover(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root and /dev/fuse")
+	}
+	dir, ws := newStoreDir(t)
+	mnt := t.TempDir()
+	kill := crashChild(t, dir, ws, mnt, true)
+	writeSync(t, filepath.Join(mnt, "made"), []byte("by the exec"))
+	kill()
+	fusefs.CleanupStale(mnt)
+	st := reopen(t, dir)
+	h0 := head(t, st, ws)
+	got, err := fusefs.Recover(bg, st)
+	if err != nil || len(got) != 1 || got[0].Err != nil || got[0].Revision.Rev != h0+1 {
+		t.Fatalf("recover: %+v %v", got, err)
+	}
+	if r := got[0].Revision; r.Source != fsstore.SourceInterrupted || r.ExecID != "crashed" {
+		t.Fatalf("revision %+v", r)
+	}
+	if v, _ := storeFile(t, st, ws, "made"); v != "by the exec" {
+		t.Fatalf("made = %q", v)
+	}
+	if d, _ := st.Drafts(bg); len(d) != 0 {
+		t.Fatalf("drafts left %v", d)
+	}
+	_ = time.Second
+}

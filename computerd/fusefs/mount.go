@@ -1,0 +1,1052 @@
+// Package fusefs serves one workspace of an fsstore.Store as a directory
+// through FUSE: a host mount (agentctl mount) or an exec's /workspace.
+//
+// The mount keeps its changes in memory (metadata) and in a sparse spool
+// file (dirty chunks) over a snapshot of the store, and commits them with
+// fsstore.Store.CommitNodes: addressed by inode, with inode numbers
+// reserved in advance, so the numbers the kernel holds stay valid across
+// commits. See docs/FUSE.md for when revisions are made.
+package fusefs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"computerd/fsstore"
+)
+
+// Options configures a Mount.
+type Options struct {
+	// Store and Workspace (an id) say what to serve.
+	Store     *fsstore.Store
+	Workspace int64
+	// BaseRev is the revision the mount starts from (0: the head).
+	BaseRev int64
+	// Exec selects exec mode: writes collect in a hidden draft workspace and
+	// reach Workspace only through Commit, as one revision. Otherwise
+	// (host mode) every commit is a revision of Workspace.
+	Exec bool
+	// Info is the template for the revisions the mount commits; Source
+	// defaults to fsstore.SourceMount (fsstore.SourceExec in exec mode).
+	Info fsstore.CommitInfo
+	// QuietPeriod is how long after the last change the mount commits by
+	// itself (host mode) or checkpoints into its draft (exec mode). Zero
+	// means 2s; negative disables it.
+	QuietPeriod time.Duration
+	// OnCommit, if set, is called after each revision of Workspace the
+	// mount makes.
+	OnCommit func(fsstore.Revision)
+	// CacheTimeout is how long the kernel may cache entries and attributes
+	// (default 24h): the mount invalidates them itself when others change
+	// the workspace (Refresh).
+	CacheTimeout time.Duration
+	// SpoolDir holds the spool file of dirty chunks (default os.TempDir()).
+	SpoolDir string
+	// CacheBytes is how much of the spool may keep copies of chunks after
+	// they are committed, so reading back what was just written does not go
+	// to the database (default 256 MiB; negative: none).
+	CacheBytes int64
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// Errors.
+var (
+	// ErrUnmounted: the mount has been unmounted.
+	ErrUnmounted = errors.New("fusefs: unmounted")
+)
+
+// ConflictError reports a commit refused because the workspace changed the
+// same paths since the mount's base. The mount's version was kept whole as
+// workspace Name (id ID) of the same tenant, and the mount now serves and
+// commits to that workspace. It unwraps to the store's *ConflictError.
+type ConflictError struct {
+	ID   int64
+	Name string
+	Err  error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v (the mount's version is kept as workspace %q)", e.Err, e.Name)
+}
+
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// Mount is a workspace served at a directory.
+type Mount struct {
+	mountDir string
+	opt      Options
+	st       *fsstore.Store
+	ctx      context.Context // for requests from the kernel
+	cancel   context.CancelFunc
+	server   *fuse.Server
+	dev      uint64 // the mount's device number: its FUSE connection is minor(dev)
+	chunk    int64
+	ttl      time.Duration
+	quiet    time.Duration
+
+	syncMu sync.Mutex     // serialises commits, so fsync waits for one in flight
+	bg     sync.WaitGroup // invalidations sent after an fsync was answered
+
+	mu         sync.Mutex
+	ws         fsstore.Workspace // the workspace published to
+	target     int64             // the workspace commits go to: ws, its draft, or a conflict copy
+	base       int64             // target's revision the snapshot shows
+	snap       *fsstore.Snapshot
+	rootIno    uint64
+	nodes      map[uint64]*node
+	touched    map[uint64]*node
+	log        []fsstore.NodeOp
+	logInos    [][2]uint64 // the inodes each log op concerns
+	spool      *spool
+	inoNext    uint64
+	inoEnd     uint64
+	timer      *time.Timer
+	dirtySince time.Time      // when the oldest pending change was made
+	chunks     [8]cachedChunk // recently read committed chunks
+	cacheQ     []cacheRef     // spool copies of committed chunks, oldest first
+	cacheSlots int
+	cacheMax   int // slots
+	nextChunk  int
+	closed     bool
+	lastErr    error // of the last commit made by the quiet timer
+
+	// Exec mode.
+	draft     *fsstore.Draft
+	published int64 // draft revision last published
+	pubBase   int64 // ws revision the next publish is based on
+}
+
+// liveDrafts are the drafts mounts of this process work in; Recover leaves them alone.
+var liveDrafts sync.Map
+
+// Open serves opt.Workspace at dir, which must exist. Call Unmount when done.
+func Open(dir string, opt Options) (*Mount, error) {
+	if opt.Store == nil {
+		return nil, fmt.Errorf("fusefs: no store")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(),
+		ttl: opt.CacheTimeout, quiet: opt.QuietPeriod, nodes: map[uint64]*node{}, touched: map[uint64]*node{}}
+	if m.ttl <= 0 {
+		m.ttl = 24 * time.Hour
+	}
+	if m.quiet == 0 {
+		m.quiet = 2 * time.Second
+	}
+	switch {
+	case opt.CacheBytes == 0:
+		m.cacheMax = int(256 << 20 / m.chunk)
+	case opt.CacheBytes > 0:
+		m.cacheMax = int(opt.CacheBytes / m.chunk)
+	}
+	if m.opt.Info.Source == "" {
+		m.opt.Info.Source = fsstore.SourceMount
+		if opt.Exec {
+			m.opt.Info.Source = fsstore.SourceExec
+		}
+	}
+	err := m.open(dir)
+	if err != nil {
+		cancel()
+		if m.spool != nil {
+			m.spool.close()
+		}
+		if m.draft != nil {
+			m.st.DeleteWorkspace(context.WithoutCancel(ctx), m.draft.ID)
+			liveDrafts.Delete(m.draft.ID)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Mount) open(dir string) error {
+	ctx := m.ctx
+	ws, err := m.st.WorkspaceByID(ctx, m.opt.Workspace)
+	if err != nil {
+		return fmt.Errorf("fusefs: workspace %d: %w", m.opt.Workspace, err)
+	}
+	m.ws = ws
+	base := m.opt.BaseRev
+	if base == fsstore.Head {
+		base = ws.Head
+	}
+	m.target, m.base = ws.ID, base
+	if m.opt.Exec {
+		label := "mount-" + randomHex()
+		if m.opt.Info.ExecID != "" {
+			label = "exec-" + safeLabel(m.opt.Info.ExecID)
+		}
+		d, err := m.st.CreateDraft(ctx, ws.ID, base, label)
+		if err != nil {
+			return fmt.Errorf("fusefs: draft of %s: %w", ws.Name, err)
+		}
+		m.draft = &d
+		liveDrafts.Store(d.ID, true)
+		m.target, m.base, m.published, m.pubBase = d.ID, d.Head, d.Head, base
+	}
+	if m.snap, err = m.st.Snapshot(ctx, m.target, m.base); err != nil {
+		return fmt.Errorf("fusefs: snapshot: %w", err)
+	}
+	m.rootIno = m.snap.RootIno()
+	root, err := m.node(m.rootIno)
+	if err != nil {
+		return fmt.Errorf("fusefs: root: %w", err)
+	}
+	root.lookups = 1
+	if m.spool, err = newSpool(m.opt.SpoolDir, m.chunk); err != nil {
+		return err
+	}
+	server, err := fuse.NewServer(&fsys{RawFileSystem: fuse.NewDefaultRawFileSystem(), m: m}, dir, &fuse.MountOptions{
+		FsName:                   "computerd:" + ws.Name,
+		Name:                     "computerd",
+		DirectMount:              true,
+		DirectMountStrict:        true,
+		AllowOther:               true,
+		Options:                  []string{"default_permissions"},
+		MaxWrite:                 1 << 20,
+		MaxReadAhead:             1 << 20,
+		DisableXAttrs:            true,
+		DisableSplice:            true, // 1 MiB replies exceed a pipe: splice would fail, then copy
+		EnableSymlinkCaching:     true,
+		ExplicitDataCacheControl: true,
+		Debug:                    m.opt.Debug,
+	})
+	if err != nil {
+		return fmt.Errorf("fusefs: mount %s: %w", dir, err)
+	}
+	m.server = server
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		server.Unmount()
+		return fmt.Errorf("fusefs: mount %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		m.dev = st.Dev
+	}
+	raiseReadahead(dir)
+	return nil
+}
+
+// abortGrace is how long Unmount waits for the kernel to end the FUSE
+// connection before aborting it.
+const abortGrace = time.Second
+
+// unmountKernel unmounts (lazily if busy) and waits for the server's loops
+// to end. If something outside still holds the filesystem (a container's
+// mount namespace that has not gone yet), the kernel keeps the connection
+// and the loops never end by themselves: after abortGrace the connection
+// is aborted through fusectl, which ends them.
+func (m *Mount) unmountKernel(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; ; i++ {
+			if err = m.server.Unmount(); err == nil {
+				break
+			}
+			if i == 2 {
+				// Busy: detach it now; the kernel lets go once the last user does.
+				err = unix.Unmount(m.mountDir, unix.MNT_DETACH)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(abortGrace):
+	case <-ctx.Done():
+	}
+	aerr := abortConnection(m.dev)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(aerr, fmt.Errorf("fusefs: %s: the kernel did not end the connection: %w", m.mountDir, ctx.Err()))
+	}
+}
+
+// abortConnection aborts the FUSE connection of device dev, mounting the
+// fusectl filesystem first if needed.
+func abortConnection(dev uint64) error {
+	const ctl = "/sys/fs/fuse/connections"
+	path := fmt.Sprintf("%s/%d/abort", ctl, unix.Minor(dev))
+	if _, err := os.Stat(path); err != nil {
+		unix.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	return os.WriteFile(path, []byte("1"), 0o200)
+}
+
+// raiseReadahead lets the kernel read ahead 1 MiB at a time (FUSE offers
+// 128 KiB), so sequential reads cost a quarter of the requests. Best effort.
+func raiseReadahead(dir string) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	os.WriteFile(p, []byte("1024"), 0o644)
+}
+
+func randomHex() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// safeLabel keeps the characters a workspace name may hold.
+func safeLabel(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 100 {
+		b = b[:100]
+	}
+	return string(b)
+}
+
+// newIno returns an inode number reserved in the store for a new node.
+func (m *Mount) newIno() (uint64, error) {
+	if m.inoNext == m.inoEnd {
+		const block = 4096
+		first, err := m.st.ReserveInos(m.ctx, block)
+		if err != nil {
+			return 0, err
+		}
+		m.inoNext, m.inoEnd = first, first+block
+	}
+	m.inoNext++
+	return m.inoNext - 1, nil
+}
+
+// maxDelay bounds how long changes wait while writes never pause long
+// enough for the quiet period; maxLog bounds the namespace ops they hold.
+const (
+	maxDelayPeriods = 15
+	maxLog          = 100_000
+)
+
+// kick restarts the quiet-period timer after a change; m.mu is held.
+func (m *Mount) kick() {
+	if m.quiet < 0 || m.closed {
+		return
+	}
+	now := time.Now()
+	if m.dirtySince.IsZero() {
+		m.dirtySince = now
+	}
+	d := min(m.quiet, m.dirtySince.Add(maxDelayPeriods*m.quiet).Sub(now))
+	if len(m.log) >= maxLog {
+		d = 0
+	}
+	if m.timer == nil {
+		m.timer = time.AfterFunc(max(d, 0), m.onQuiet)
+		return
+	}
+	m.timer.Reset(max(d, 0))
+}
+
+func (m *Mount) onQuiet() {
+	var err error
+	if m.opt.Exec {
+		err = m.sync()
+	} else {
+		_, _, err = m.Commit(m.ctx)
+	}
+	m.mu.Lock()
+	m.lastErr = err
+	m.mu.Unlock()
+}
+
+// sync makes everything written so far durable: a revision of the
+// workspace in host mode, of the draft in exec mode (fsync).
+func (m *Mount) sync() error {
+	m.syncMu.Lock()
+	rev, changed, notes, err := m.flush(m.ctx)
+	m.syncMu.Unlock()
+	if changed && !m.opt.Exec && m.opt.OnCommit != nil {
+		m.opt.OnCommit(rev)
+	}
+	if len(notes) > 0 {
+		// Called for a kernel request (FSYNC), which may hold a lock the
+		// invalidations need: send them once it has been answered.
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			m.notify(notes)
+		}()
+	}
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		return nil // the data is safe in the conflict copy
+	}
+	return err
+}
+
+// Commit commits everything written so far. In host mode that is one
+// revision of the workspace (none if nothing changed); in exec mode, one
+// revision of the workspace holding exactly the changes since the mount
+// started (or since the last Commit). When the workspace changed the same
+// paths meanwhile it fails with a *ConflictError, which also unwraps to
+// *fsstore.ConflictError.
+func (m *Mount) Commit(ctx context.Context) (fsstore.Revision, bool, error) {
+	m.syncMu.Lock()
+	rev, changed, notes, err := m.flush(ctx)
+	if err == nil && m.opt.Exec {
+		rev, changed, err = m.publish(ctx)
+	}
+	m.syncMu.Unlock()
+	m.notify(notes)
+	if err != nil {
+		return rev, false, err
+	}
+	if changed && m.opt.OnCommit != nil {
+		m.opt.OnCommit(rev)
+	}
+	return rev, changed, err
+}
+
+// notice is a kernel cache invalidation, sent once m.mu is released.
+type notice struct {
+	parent uint64 // entry: parent node id and name
+	name   string
+	child  uint64 // entry deleted: its node id (0: plain entry invalidation)
+	ino    uint64 // inode: node id
+	data   bool   // inode: drop cached pages too
+}
+
+// flush commits the pending changes to the target workspace as one
+// revision, and returns the kernel invalidations that others' changes
+// committed meanwhile call for. The caller holds syncMu, and sends the
+// notices once it has let go of it (see notify).
+func (m *Mount) flush(ctx context.Context) (fsstore.Revision, bool, []notice, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fsstore.Revision{}, false, nil, ErrUnmounted
+	}
+	if len(m.log) == 0 && len(m.touched) == 0 {
+		m.mu.Unlock()
+		return fsstore.Revision{}, false, nil, nil
+	}
+	ops, err := m.pendingOps(ctx)
+	if err != nil {
+		m.mu.Unlock()
+		return fsstore.Revision{}, false, nil, err
+	}
+	if len(ops) == 0 || m.trivial() {
+		m.settle(nil)
+		m.mu.Unlock()
+		return fsstore.Revision{}, false, nil, nil
+	}
+	info := m.opt.Info
+	if m.draft != nil && m.target == m.draft.ID {
+		info.Source, info.Message = fsstore.SourceMount, "checkpoint"
+	} else {
+		info.Base = m.base
+	}
+	rev, err := m.st.CommitNodes(ctx, m.target, ops, info)
+	var notes []notice
+	if err != nil {
+		var pe *fsstore.PathError
+		if !errors.As(err, new(*fsstore.ConflictError)) && !errors.As(err, &pe) {
+			m.mu.Unlock()
+			return rev, false, nil, err
+		}
+		// Keep the mount's version whole in a workspace of its own and
+		// carry on there.
+		rev, err = m.keepConflict(ctx, ops, err)
+		m.mu.Unlock()
+		return rev, false, nil, err
+	}
+	if rev.Rev != m.base+1 {
+		// Others committed in between: the kernel must forget what they changed.
+		if notes, err = m.pull(ctx, m.base, rev.Rev-1, rev.Rev); err != nil {
+			m.mu.Unlock()
+			return rev, true, nil, err
+		}
+	}
+	snap, err := m.st.Snapshot(ctx, m.target, rev.Rev)
+	if err != nil {
+		m.mu.Unlock()
+		return rev, true, notes, err
+	}
+	m.base = rev.Rev
+	m.settle(snap)
+	m.mu.Unlock()
+	return rev, true, notes, nil
+}
+
+// record appends a namespace op to the log, with the inodes it concerns.
+func (m *Mount) record(op fsstore.NodeOp, a, b uint64) {
+	m.log = append(m.log, op)
+	m.logInos = append(m.logInos, [2]uint64{a, b})
+}
+
+// trivial reports whether the pending changes come to nothing but
+// directory times: every op concerns only inodes made since the last
+// flush and gone again (temporary files), and nothing else changed.
+func (m *Mount) trivial() bool {
+	gone := func(ino uint64) bool {
+		n := m.nodes[ino]
+		return ino == 0 || n != nil && n.created && n.nlink == 0
+	}
+	for _, p := range m.logInos {
+		if !gone(p[0]) || !gone(p[1]) {
+			return false
+		}
+	}
+	for ino, n := range m.touched {
+		if !gone(ino) && !(n.isDir() && !n.created && !n.dirtyMode && !n.dirtyOwner) {
+			return false
+		}
+	}
+	return true
+}
+
+// pendingOps turns the mount's changes into NodeOps: the namespace log,
+// then contents and attributes of every changed inode still linked.
+func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
+	ops := append([]fsstore.NodeOp(nil), m.log...)
+	inos := make([]uint64, 0, len(m.touched))
+	for ino := range m.touched {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	up := m.st.NewUploader()
+	cs := m.chunk
+	for _, ino := range inos {
+		n := m.touched[ino]
+		if n.nlink == 0 {
+			continue
+		}
+		if n.isReg() && (n.cut || n.resized || len(n.chunks) > 0 || n.created && n.size > 0) {
+			if n.cut {
+				ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpTruncate, Ino: ino, Size: n.srcLimit})
+			}
+			if len(n.chunks) > 0 {
+				idxs := make([]int64, 0, len(n.chunks))
+				for idx := range n.chunks {
+					idxs = append(idxs, idx)
+				}
+				sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+				content := &fsstore.Content{}
+				var holes []int64
+				for _, idx := range idxs {
+					k := min(cs, n.size-idx*cs)
+					if k <= 0 {
+						continue
+					}
+					c, err := up.Put(ctx, newSlotReader(m.spool, n.chunks[idx], k))
+					if err != nil {
+						return nil, err
+					}
+					if len(c.Chunks) == 0 {
+						holes = append(holes, idx) // all zeros
+						continue
+					}
+					ref := c.Chunks[0]
+					ref.Index = idx
+					content.Chunks = append(content.Chunks, ref)
+				}
+				if len(content.Chunks) > 0 || len(holes) > 0 {
+					ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpWrite, Ino: ino, Content: content, Holes: holes})
+				}
+			}
+			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpTruncate, Ino: ino, Size: n.size})
+			n.dirtyTime = true
+		}
+		if n.dirtyMode {
+			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpChmod, Ino: ino, Mode: permMode(n.mode)})
+		}
+		if n.dirtyOwner {
+			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpChown, Ino: ino, UID: n.uid, GID: n.gid})
+		}
+		if n.dirtyTime {
+			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpUtimes, Ino: ino, Mtime: n.mtime})
+		}
+	}
+	if err := up.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+// settle makes the committed state the new base: pending changes are
+// dropped, nodes nobody references are forgotten. snap is the new
+// snapshot (nil: unchanged). m.mu is held.
+func (m *Mount) settle(snap *fsstore.Snapshot) {
+	if snap != nil {
+		m.snap = snap
+	}
+	for ino, n := range m.touched {
+		if n.nlink == 0 {
+			// Unlinked while open: stays as it is for open descriptors.
+			m.release(n)
+			continue
+		}
+		m.keepCached(n)
+		n.created, n.dirtyMode, n.dirtyOwner, n.dirtyTime, n.cut, n.resized = false, false, false, false, false, false
+		n.children = nil
+		n.src, n.file = nil, nil
+		n.srcLimit = n.size
+		delete(m.touched, ino)
+	}
+	clear(m.touched)
+	m.log, m.logInos = m.log[:0], m.logInos[:0]
+	m.dirtySince = time.Time{}
+	for ino, n := range m.nodes {
+		if n.nlink > 0 {
+			n.file = nil // read from the new snapshot
+			if n.src != nil && n.lookups == 0 {
+				n.src = nil
+			}
+		}
+		if n.lookups == 0 && ino != m.rootIno {
+			m.dropData(n)
+			delete(m.nodes, ino)
+		}
+	}
+}
+
+// keepConflict commits ops to a fork of the workspace at the mount's base,
+// named after the workspace, and retargets the mount at it. m.mu is held.
+func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause error) (fsstore.Revision, error) {
+	name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, time.Now().UTC().Format("20060102T150405.000000000"))
+	fork, err := m.st.Fork(ctx, m.target, m.base, name)
+	if err != nil {
+		return fsstore.Revision{}, fmt.Errorf("keep conflicting changes: %w (after %w)", err, cause)
+	}
+	info := m.opt.Info
+	info.Message = "changes that conflicted with " + m.ws.Name
+	rev, err := m.st.CommitNodes(ctx, fork.ID, ops, info)
+	if err != nil {
+		m.st.DeleteWorkspace(context.WithoutCancel(ctx), fork.ID)
+		return rev, fmt.Errorf("keep conflicting changes: %w (after %w)", err, cause)
+	}
+	snap, err := m.st.Snapshot(ctx, fork.ID, rev.Rev)
+	if err != nil {
+		return rev, err
+	}
+	m.target, m.base = fork.ID, rev.Rev
+	m.settle(snap)
+	return rev, &ConflictError{ID: fork.ID, Name: name, Err: cause}
+}
+
+// publish commits the draft's changes since the last publish to the
+// workspace as one revision. The caller holds syncMu.
+func (m *Mount) publish(ctx context.Context) (fsstore.Revision, bool, error) {
+	m.mu.Lock()
+	head, draftID, from, base := m.base, m.target, m.published, m.pubBase
+	m.mu.Unlock()
+	if m.draft == nil || draftID != m.draft.ID || head == from {
+		return fsstore.Revision{}, false, nil
+	}
+	cs, err := m.st.Diff(ctx, draftID, from, head)
+	if err != nil {
+		return fsstore.Revision{}, false, err
+	}
+	if onlyDirTimes(ctx, m.st, draftID, head, cs) {
+		m.mu.Lock()
+		m.published = head
+		m.mu.Unlock()
+		return fsstore.Revision{}, false, nil
+	}
+	info := m.opt.Info
+	info.Base = base
+	rev, err := m.st.Apply(ctx, m.ws.ID, cs, info)
+	if err != nil {
+		if !errors.As(err, new(*fsstore.ConflictError)) {
+			return rev, false, err
+		}
+		name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, m.draft.Label)
+		w, kerr := m.st.KeepDraft(ctx, m.draft.ID, name)
+		if kerr != nil {
+			return rev, false, fmt.Errorf("keep conflicting changes: %w (after %w)", kerr, err)
+		}
+		liveDrafts.Delete(m.draft.ID)
+		m.mu.Lock()
+		m.draft = nil
+		m.mu.Unlock()
+		return rev, false, &ConflictError{ID: w.ID, Name: w.Name, Err: err}
+	}
+	m.mu.Lock()
+	m.published, m.pubBase = head, rev.Rev
+	m.mu.Unlock()
+	return rev, true, nil
+}
+
+// onlyDirTimes reports whether a changeset changes nothing but the times
+// of directories (what creating and removing temporary files leaves).
+func onlyDirTimes(ctx context.Context, st *fsstore.Store, ws, rev int64, cs *fsstore.Changeset) bool {
+	var sn *fsstore.Snapshot
+	for _, op := range cs.Ops {
+		if op.Kind != fsstore.OpUtimes {
+			return false
+		}
+		if sn == nil {
+			var err error
+			if sn, err = st.Snapshot(ctx, ws, rev); err != nil {
+				return false
+			}
+		}
+		if s, err := sn.Stat(ctx, op.Path); err != nil || !s.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// Refresh brings a host mount up to the workspace head: it commits what
+// is pending, then tells the kernel to forget every entry and inode that
+// others changed since, so its long-lived caches stay right. In exec mode
+// the mount keeps showing its base revision and Refresh does nothing.
+func (m *Mount) Refresh(ctx context.Context) error {
+	if m.opt.Exec {
+		return nil
+	}
+	m.syncMu.Lock()
+	rev, changed, notes, err := m.flush(ctx)
+	if err == nil {
+		var more []notice
+		more, err = m.pullHead(ctx)
+		notes = append(notes, more...)
+	}
+	m.syncMu.Unlock()
+	m.notify(notes)
+	if changed && m.opt.OnCommit != nil {
+		m.opt.OnCommit(rev)
+	}
+	return err
+}
+
+// pullHead moves a mount with nothing pending to the workspace head. The
+// caller holds syncMu.
+func (m *Mount) pullHead(ctx context.Context) ([]notice, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.target != m.ws.ID || len(m.log) > 0 || len(m.touched) > 0 {
+		// A conflict copy has no other writers; changes made since the
+		// flush pull the head in when they commit.
+		return nil, nil
+	}
+	w, err := m.st.WorkspaceByID(ctx, m.target)
+	if err != nil || w.Head == m.base {
+		return nil, err
+	}
+	notes, err := m.pull(ctx, m.base, w.Head, w.Head)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := m.st.Snapshot(ctx, m.target, w.Head)
+	if err != nil {
+		return nil, err
+	}
+	m.base = w.Head
+	m.settle(snap)
+	return notes, nil
+}
+
+// pull reloads the nodes that revisions (from, to] of the target changed,
+// as they are at revision now (to, or the mount's own commit right after
+// it), and returns the kernel invalidations they need. m.mu is held, and
+// the mount's pending changes are in revision now.
+func (m *Mount) pull(ctx context.Context, from, to, now int64) ([]notice, error) {
+	cs, err := m.st.Diff(ctx, m.target, from, to)
+	if err != nil {
+		return nil, err
+	}
+	old, err := m.st.Snapshot(ctx, m.target, from)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := m.st.Snapshot(ctx, m.target, to)
+	if err != nil {
+		return nil, err
+	}
+	final := cur
+	if now != to {
+		if final, err = m.st.Snapshot(ctx, m.target, now); err != nil {
+			return nil, err
+		}
+	}
+	var notes []notice
+	inos := map[uint64]bool{}
+	entry := func(sn *fsstore.Snapshot, p string, gone bool) {
+		dir, name := filepath.Split(p)
+		dst, err := sn.Stat(ctx, strings.TrimSuffix(dir, "/"))
+		if err != nil {
+			return
+		}
+		inos[dst.Ino] = true
+		n := notice{parent: m.nodeID(dst.Ino), name: name}
+		if gone {
+			if st, err := sn.Stat(ctx, p); err == nil {
+				n.child = m.nodeID(st.Ino)
+				inos[st.Ino] = true
+			}
+		}
+		notes = append(notes, n)
+	}
+	for _, op := range cs.Ops {
+		switch op.Kind {
+		case fsstore.OpDelete, fsstore.OpDeleteAll:
+			entry(old, op.Path, true)
+		case fsstore.OpRename:
+			entry(old, op.From, true)
+			entry(cur, op.Path, false)
+		case fsstore.OpMkdir, fsstore.OpCreate, fsstore.OpSymlink, fsstore.OpLink:
+			entry(cur, op.Path, false)
+			if st, err := old.Stat(ctx, op.Path); err == nil {
+				inos[st.Ino] = true // replaced
+			}
+		}
+		switch op.Kind {
+		case fsstore.OpCreate, fsstore.OpWrite, fsstore.OpTruncate, fsstore.OpChmod, fsstore.OpChown, fsstore.OpUtimes, fsstore.OpLink:
+			p := op.Path
+			if op.Kind == fsstore.OpLink {
+				p = op.From
+			}
+			if st, err := cur.Stat(ctx, p); err == nil {
+				inos[st.Ino] = true
+			}
+		}
+	}
+	for ino := range inos {
+		notes = append(notes, notice{ino: m.nodeID(ino), data: true})
+		n := m.nodes[ino]
+		if n == nil {
+			continue
+		}
+		st, err := final.StatIno(ctx, ino)
+		if err != nil {
+			// Gone: open descriptors keep what it held.
+			n.nlink = 0
+			if n.src == nil {
+				n.src = old
+			}
+			continue
+		}
+		m.dropData(n)
+		n.setStat(st)
+	}
+	return notes, nil
+}
+
+// notify sends kernel cache invalidations; m.mu must not be held, since
+// the kernel may call back (to write back pages) before answering.
+func (m *Mount) notify(notes []notice) {
+	if m.server == nil {
+		return
+	}
+	for _, n := range notes {
+		switch {
+		case n.ino != 0 && n.data:
+			m.server.InodeNotify(n.ino, 0, 0)
+		case n.ino != 0:
+			m.server.InodeNotify(n.ino, -1, 0)
+		case n.child != 0:
+			m.server.DeleteNotify(n.parent, n.child, n.name)
+		default:
+			m.server.EntryNotify(n.parent, n.name)
+		}
+	}
+}
+
+// Unmount commits what is pending (see Commit) and unmounts. The mount is
+// gone even when the commit fails; the error then says where the changes
+// were kept.
+func (m *Mount) Unmount(ctx context.Context) error {
+	// Have the kernel write back pages dirtied through mmap first.
+	if fd, err := unix.Open(m.mountDir, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+		unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	_, _, cerr := m.Commit(ctx)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrUnmounted
+	}
+	m.closed = true
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	m.mu.Unlock()
+	uerr := m.unmountKernel(ctx)
+	done := make(chan struct{})
+	go func() {
+		m.server.Wait()
+		m.bg.Wait()
+		m.cancel()
+		m.mu.Lock()
+		m.spool.close()
+		m.mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
+	}
+	m.mu.Lock()
+	draft := m.draft
+	m.mu.Unlock()
+	if draft != nil {
+		liveDrafts.Delete(draft.ID)
+		if cerr == nil {
+			if err := m.st.DeleteWorkspace(context.WithoutCancel(ctx), draft.ID); err != nil && cerr == nil {
+				cerr = err
+			}
+		}
+	}
+	return errors.Join(cerr, uerr)
+}
+
+// Dir is the directory the mount serves.
+func (m *Mount) Dir() string { return m.mountDir }
+
+// Status reports which workspace the mount commits to now (the workspace
+// itself, or the conflict copy after a conflict), the revision of it the
+// mount is based on, and the error of the last background commit.
+func (m *Mount) Status() (target, base int64, lastErr error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.target, m.base, m.lastErr
+}
+
+// CleanupStale unmounts a FUSE file system left at dir by a process that
+// died (lazily, as fusermount -u -z would). A dir with nothing mounted is
+// not an error.
+func CleanupStale(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for {
+		mounted, err := isFuseMount(abs)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := unix.Unmount(abs, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("fusefs: unmount stale %s: %w", abs, err)
+		}
+	}
+}
+
+// isFuseMount reports whether a FUSE file system is mounted at dir.
+func isFuseMount(dir string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || unescapeMount(f[4]) != dir {
+			continue
+		}
+		for i := 6; i < len(f)-1; i++ {
+			if f[i] == "-" {
+				if strings.HasPrefix(f[i+1], "fuse") {
+					return true, nil
+				}
+				break
+			}
+		}
+	}
+	return false, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Recovered reports what Recover did with one draft.
+type Recovered struct {
+	Draft    fsstore.Draft
+	Revision fsstore.Revision // the interrupted revision (Rev 0: nothing to commit)
+	Kept     string           // on conflict: the workspace now holding the draft
+	Err      error
+}
+
+// Recover commits the drafts that exec mounts left behind when computerd
+// died, each as one revision of its workspace with Source "interrupted",
+// and deletes them. A draft whose changes conflict is kept as a workspace
+// instead (Kept). Drafts of mounts alive in this process are left alone;
+// call it at start-up, before serving.
+func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
+	drafts, err := st.Drafts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Recovered
+	for _, d := range drafts {
+		if _, live := liveDrafts.Load(d.ID); live {
+			continue
+		}
+		r := Recovered{Draft: d}
+		cs, err := st.Diff(ctx, d.ID, 1, d.Head)
+		if err == nil && len(cs.Ops) > 0 {
+			info := fsstore.CommitInfo{Source: fsstore.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,
+				Message: "writes of an interrupted " + d.Label}
+			if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
+				info.ExecID = id
+			}
+			r.Revision, err = st.Apply(ctx, d.Origin, cs, info)
+			if errors.As(err, new(*fsstore.ConflictError)) {
+				origin, oerr := st.WorkspaceByID(ctx, d.Origin)
+				name := fmt.Sprintf("ws%d.interrupted-%s", d.Origin, d.Label)
+				if oerr == nil {
+					name = origin.Name + ".interrupted-" + d.Label
+				}
+				if _, kerr := st.KeepDraft(ctx, d.ID, name); kerr == nil {
+					r.Kept = name
+				} else {
+					err = errors.Join(err, kerr)
+				}
+			}
+		}
+		if err == nil {
+			err = st.DeleteWorkspace(ctx, d.ID)
+		}
+		r.Err = err
+		out = append(out, r)
+	}
+	return out, nil
+}

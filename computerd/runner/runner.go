@@ -1,0 +1,545 @@
+// Package runner runs commands against workspaces: each exec gets a fresh
+// sandbox (computerd/sandbox) whose /workspace is an exec-mode FUSE view
+// (computerd/fusefs) of its base revision, streams its output as events,
+// and commits its writes as exactly one revision when it ends. It keeps the
+// journal (fsstore's execs table) and each exec's output log, answers
+// retries with the same idempotency key from them, and recovers after a
+// crash.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"computerd/computerd/fusefs"
+	"computerd/computerd/metrics"
+	"computerd/computerd/sandbox"
+	"computerd/computerd/wire"
+	"computerd/fsstore"
+)
+
+// Request asks for one command.
+type Request struct {
+	Workspace fsstore.Workspace
+	Tenant    string
+	Argv      []string
+	Cwd       string            // relative to /workspace
+	Env       map[string]string // added to the sandbox's clean environment
+	Stdin     []byte
+	Key       string        // idempotency key: a retry returns the recorded result
+	Timeout   time.Duration // 0: the runner's default
+	Limits    sandbox.Limits
+}
+
+// Event is one line of an exec's event stream.
+type Event = wire.ExecEvent
+
+// Runner runs execs for one daemon.
+type Runner struct {
+	Store   *fsstore.Store
+	Sandbox *sandbox.Manager
+	Metrics *metrics.Metrics // may be nil
+	Log     *slog.Logger
+	// Dir holds mount points, spool files and output logs.
+	Dir string
+	// DefaultTimeout bounds a command that names no timeout (default 10 min);
+	// MaxTimeout bounds any (default 24 h).
+	DefaultTimeout, MaxTimeout time.Duration
+	// OutputRetention is how long output logs are kept (default 24 h).
+	OutputRetention time.Duration
+
+	mu      sync.Mutex
+	running map[string]*run
+	wg      sync.WaitGroup
+	closing bool
+}
+
+// run is one exec in flight.
+type run struct {
+	id     string
+	cancel context.CancelCauseFunc
+	log    *outputLog
+}
+
+var errKilled = errors.New("killed on request")
+
+func (r *Runner) defaults() {
+	if r.DefaultTimeout <= 0 {
+		r.DefaultTimeout = 10 * time.Minute
+	}
+	if r.MaxTimeout <= 0 {
+		r.MaxTimeout = 24 * time.Hour
+	}
+	if r.OutputRetention <= 0 {
+		r.OutputRetention = 24 * time.Hour
+	}
+	if r.Log == nil {
+		r.Log = slog.New(slog.DiscardHandler)
+	}
+	if r.running == nil {
+		r.running = map[string]*run{}
+	}
+}
+
+func (r *Runner) outputPath(id string) string { return filepath.Join(r.Dir, "output", id+".ndjson") }
+func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt", id) }
+
+// Recover cleans up after a previous process that died: it removes its
+// containers and stale mounts, commits what its execs had written as
+// interrupted revisions (fusefs.Recover), and marks their journal records
+// interrupted. Call it once at start-up, before Start.
+func (r *Runner) Recover(ctx context.Context) error {
+	r.defaults()
+	for _, sub := range []string{"mnt", "output", "spool"} {
+		if err := os.MkdirAll(filepath.Join(r.Dir, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	swept, err := r.Sandbox.Sweep(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep containers: %w", err)
+	}
+	if len(swept) > 0 {
+		r.Log.Warn("removed containers left by a previous process", "ids", swept)
+	}
+	mounts, _ := os.ReadDir(filepath.Join(r.Dir, "mnt"))
+	for _, m := range mounts {
+		dir := r.mountPath(m.Name())
+		if err := fusefs.CleanupStale(dir); err != nil {
+			r.Log.Warn("stale mount", "dir", dir, "err", err)
+		}
+		os.Remove(dir)
+	}
+	recovered, err := fusefs.Recover(ctx, r.Store)
+	if err != nil {
+		return fmt.Errorf("recover drafts: %w", err)
+	}
+	for _, rc := range recovered {
+		r.Log.Warn("recovered the writes of an interrupted exec", "draft", rc.Draft.Label, "rev", rc.Revision.Rev, "kept", rc.Kept, "err", rc.Err)
+	}
+	stale, err := r.Store.ExecsInState(ctx, fsstore.ExecRunning)
+	if err != nil {
+		return err
+	}
+	for _, e := range stale {
+		e.State, e.Ended = fsstore.ExecInterrupted, r.Store.Now()
+		e.Error = "computerd stopped while the command ran; its writes so far were kept"
+		if rev, err := r.Store.ExecRevision(ctx, e.WS, e.ID); err == nil && rev > 0 {
+			e.Rev = rev
+		}
+		for _, rc := range recovered {
+			if rc.Draft.Label == "exec-"+e.ID && rc.Kept != "" {
+				e.KeptAs = rc.Kept
+			}
+		}
+		if err := r.Store.UpdateExec(ctx, e); err != nil {
+			return err
+		}
+		r.observe(e)
+		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
+	}
+	r.pruneOutput()
+	return nil
+}
+
+// pruneOutput removes output logs older than OutputRetention.
+func (r *Runner) pruneOutput() {
+	ents, _ := os.ReadDir(filepath.Join(r.Dir, "output"))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > r.OutputRetention {
+			os.Remove(filepath.Join(r.Dir, "output", e.Name()))
+		}
+	}
+}
+
+// Start begins an exec, or finds the one a request with the same key
+// began. It returns the exec's record; Follow streams its events.
+func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
+	r.defaults()
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return fsstore.Exec{}, fmt.Errorf("exec: empty command: %w", fsstore.ErrInvalidArgument)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = r.DefaultTimeout
+	}
+	if timeout > r.MaxTimeout {
+		return fsstore.Exec{}, fmt.Errorf("exec: timeout %v over the limit of %v: %w", timeout, r.MaxTimeout, fsstore.ErrInvalidArgument)
+	}
+	if _, err := fsstore.CleanPath(req.Cwd); err != nil {
+		return fsstore.Exec{}, err
+	}
+	envNames := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fsstore.Exec{}, fmt.Errorf("exec: bad environment variable name %q: %w", k, fsstore.ErrInvalidArgument)
+		}
+		envNames = append(envNames, k)
+	}
+	slices.Sort(envNames)
+	r.mu.Lock()
+	closing := r.closing
+	r.mu.Unlock()
+	if closing {
+		return fsstore.Exec{}, fmt.Errorf("exec: computerd is shutting down: %w", fsstore.ErrClosed)
+	}
+	rec, started, err := r.Store.BeginExec(ctx, fsstore.Exec{
+		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
+		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head,
+	})
+	if err != nil || !started {
+		return rec, err
+	}
+	out, err := createOutputLog(r.outputPath(rec.ID))
+	if err != nil {
+		r.fail(rec, err)
+		return rec, err
+	}
+	rctx, cancel := context.WithCancelCause(context.Background())
+	ru := &run{id: rec.ID, cancel: cancel, log: out}
+	r.mu.Lock()
+	r.running[rec.ID] = ru
+	r.wg.Add(1)
+	r.mu.Unlock()
+	if r.Metrics != nil {
+		r.Metrics.ExecsRunning.Inc()
+	}
+	go func() {
+		defer r.wg.Done()
+		defer cancel(nil)
+		final := r.execute(rctx, rec, req, timeout, out)
+		out.finish(final)
+		r.mu.Lock()
+		delete(r.running, rec.ID)
+		r.mu.Unlock()
+		if r.Metrics != nil {
+			r.Metrics.ExecsRunning.Dec()
+		}
+	}()
+	return rec, nil
+}
+
+// fail records an exec that could not run.
+func (r *Runner) fail(e fsstore.Exec, err error) fsstore.Exec {
+	e.State, e.Error, e.Ended = fsstore.ExecFailed, err.Error(), r.Store.Now()
+	if uerr := r.Store.UpdateExec(context.Background(), e); uerr != nil {
+		r.Log.Error("journal", "id", e.ID, "err", uerr)
+	}
+	r.observe(e)
+	return e
+}
+
+func (r *Runner) observe(e fsstore.Exec) {
+	if r.Metrics == nil {
+		return
+	}
+	r.Metrics.Execs.WithLabelValues(e.State).Inc()
+	if !e.Ended.IsZero() {
+		r.Metrics.ExecDuration.Observe(e.Duration().Seconds())
+	}
+}
+
+// execute runs one exec to its end and returns its final record.
+func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeout time.Duration, out *outputLog) fsstore.Exec {
+	begin := time.Now()
+	dir := r.mountPath(e.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return r.fail(e, err)
+	}
+	defer os.Remove(dir)
+	m, err := fusefs.Open(dir, fusefs.Options{
+		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
+		Info:     fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
+		SpoolDir: filepath.Join(r.Dir, "spool"),
+	})
+	if err != nil {
+		return r.fail(e, fmt.Errorf("mount workspace: %w", err))
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	var stdin io.Reader
+	if req.Stdin != nil {
+		stdin = strings.NewReader(string(req.Stdin))
+	}
+	res, runErr := r.Sandbox.Run(ctx, sandbox.Spec{
+		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir,
+		Limits: req.Limits, Timeout: timeout,
+	}, func(ev sandbox.Event) { out.output(ev.Stream, ev.Data) })
+	if r.Metrics != nil && res.Duration > 0 {
+		r.Metrics.ExecStart.Observe(max(time.Since(begin)-res.Duration, 0).Seconds())
+	}
+	// The command is over: commit what it wrote as one revision.
+	cctx := context.Background()
+	rev, changed, commitErr := m.Commit(cctx)
+	var conflict *fusefs.ConflictError
+	var storeConflict *fsstore.ConflictError
+	switch {
+	case commitErr == nil && changed:
+		e.Rev = rev.Rev
+		if r.Metrics != nil {
+			r.Metrics.Committed(rev)
+		}
+	case errors.As(commitErr, &conflict):
+		e.KeptAs = conflict.Name
+		if errors.As(commitErr, &storeConflict) {
+			e.Conflict = storeConflict.Paths
+		}
+	case commitErr != nil:
+		e.Error = "commit: " + commitErr.Error()
+	}
+	if err := m.Unmount(cctx); err != nil && commitErr == nil {
+		r.Log.Warn("unmount", "id", e.ID, "err", err)
+	}
+	e.Ended = r.Store.Now()
+	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
+	switch {
+	case runErr != nil && res.ID == "":
+		e.State, e.Error = fsstore.ExecFailed, joinErr(e.Error, runErr.Error())
+	case res.TimedOut:
+		e.State, e.TimedOut = fsstore.ExecTimeout, true
+	case res.Signal != 0:
+		e.State = fsstore.ExecKilled
+	default:
+		e.State = fsstore.ExecExited
+	}
+	if res.Signal != 0 {
+		e.Signal = signalName(res.Signal)
+		e.ExitCode = 128 + int(res.Signal)
+	} else if e.State != fsstore.ExecFailed {
+		e.ExitCode = res.ExitCode
+	} else {
+		e.ExitCode = 127
+	}
+	if res.OOMKills > 0 {
+		e.Error = joinErr(e.Error, fmt.Sprintf("%d processes killed: out of memory", res.OOMKills))
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errKilled) {
+		e.Error = joinErr(e.Error, "killed on request")
+	}
+	if err := r.Store.UpdateExec(cctx, e); err != nil {
+		r.Log.Error("journal", "id", e.ID, "err", err)
+	}
+	r.observe(e)
+	return e
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func commandLine(argv []string) string {
+	s := strings.Join(argv, " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT",
+		syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT", syscall.SIGHUP: "SIGHUP", syscall.SIGPIPE: "SIGPIPE", syscall.SIGQUIT: "SIGQUIT"}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(s))
+}
+
+// Kill ends a running exec (its result is recorded as killed).
+func (r *Runner) Kill(id string) error {
+	r.mu.Lock()
+	ru := r.running[id]
+	r.mu.Unlock()
+	if ru == nil {
+		return fmt.Errorf("exec %s is not running: %w", id, fsstore.ErrNotFound)
+	}
+	ru.cancel(errKilled)
+	return nil
+}
+
+// Follow writes exec id's events to fn from the start of its output log,
+// then as they happen until the exit event. For an exec whose log has
+// expired it sends only the exit event.
+func (r *Runner) Follow(ctx context.Context, id string, fn func(Event) error) error {
+	r.mu.Lock()
+	ru := r.running[id]
+	r.mu.Unlock()
+	if ru != nil {
+		return ru.log.follow(ctx, fn)
+	}
+	rec, err := r.Store.ExecByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec.State == fsstore.ExecRunning {
+		// Started by a Start that has not registered it yet: wait briefly.
+		for range 100 {
+			time.Sleep(10 * time.Millisecond)
+			r.mu.Lock()
+			ru = r.running[id]
+			r.mu.Unlock()
+			if ru != nil {
+				return ru.log.follow(ctx, fn)
+			}
+			if rec, err = r.Store.ExecByID(ctx, id); err != nil || rec.State != fsstore.ExecRunning {
+				break
+			}
+		}
+	}
+	return replayLog(ctx, r.outputPath(id), rec, fn)
+}
+
+// Shutdown refuses new execs and waits for running ones until ctx ends;
+// then it kills them (each still commits what it wrote).
+func (r *Runner) Shutdown(ctx context.Context) {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	for _, ru := range r.running {
+		ru.cancel(errors.New("computerd is shutting down"))
+	}
+	r.mu.Unlock()
+	<-done
+}
+
+// outputLog is an exec's event log: a file, plus a way for followers to
+// wait for more.
+type outputLog struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+	seq  uint64
+	done bool
+	wake chan struct{} // closed and replaced on every append
+}
+
+func createOutputLog(path string) (*outputLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &outputLog{path: path, f: f, wake: make(chan struct{})}, nil
+}
+
+func (l *outputLog) append(ev Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seq++
+	ev.Seq = l.seq
+	b, _ := json.Marshal(ev)
+	b = append(b, '\n')
+	if n, err := l.f.Write(b); err == nil {
+		l.size += int64(n)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+func (l *outputLog) output(stream string, data []byte) {
+	ev := Event{Type: "output", Stream: stream}
+	if utf8.Valid(data) {
+		ev.Data = string(data)
+	} else {
+		ev.Data64 = data
+	}
+	l.append(ev)
+}
+
+func (l *outputLog) finish(e fsstore.Exec) {
+	l.append(Event{Type: "exit", Exec: &e})
+	l.mu.Lock()
+	l.done = true
+	l.f.Close()
+	l.mu.Unlock()
+}
+
+// follow streams the log from its start until the exit event.
+func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	dec := newLineReader(f)
+	var read int64
+	for {
+		l.mu.Lock()
+		size, done, wake := l.size, l.done, l.wake
+		l.mu.Unlock()
+		for read < size {
+			line, err := dec.next()
+			if err != nil {
+				return err
+			}
+			read += int64(len(line)) + 1
+			var ev Event
+			if err := json.Unmarshal(line, &ev); err != nil {
+				return err
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+			if ev.Type == "exit" {
+				return nil
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// replayLog sends a finished exec's logged output, then its exit event
+// from the journal (the record there is the truth).
+func replayLog(ctx context.Context, path string, rec fsstore.Exec, fn func(Event) error) error {
+	var seq uint64
+	if f, err := os.Open(path); err == nil {
+		defer f.Close()
+		lr := newLineReader(f)
+		for {
+			line, err := lr.next()
+			if err != nil {
+				break
+			}
+			var ev Event
+			if json.Unmarshal(line, &ev) != nil || ev.Type != "output" {
+				continue
+			}
+			seq = ev.Seq
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+	}
+	return fn(Event{Seq: seq + 1, Type: "exit", Exec: &rec})
+}

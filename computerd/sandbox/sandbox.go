@@ -1,0 +1,598 @@
+// Package sandbox runs one command in a fresh container and streams its
+// output: one libcontainer (runc) container per command, embedded in the
+// calling binary, which re-executes itself as the container's init.
+//
+// Every binary that runs containers must call Init first thing in main (and
+// test binaries in TestMain): the re-executed init never reaches the rest of
+// main.
+//
+// A container gets a read-only root (read-only binds of the host's system
+// directories, or a root directory of the caller's choosing), a tmpfs /tmp,
+// the caller's directory read-write at /workspace, private PID, mount, IPC,
+// UTS, cgroup and network namespaces (loopback only: no network), Docker's
+// default capabilities less NET_RAW and MKNOD, no_new_privs, a seccomp deny
+// list, masked /proc paths, and cgroup memory, pids and CPU limits.
+// docs/SANDBOX.md describes the profile and the figures measured.
+//
+// A timeout, a cancelled context or the end of the command kills every
+// process in the container (SIGKILL to its PID namespace's init, then to
+// whatever its cgroup still holds) and destroys it, and Run always returns.
+// Containers left by a process that died (kill -9) are removed by Sweep,
+// which a supervisor calls at start-up.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+)
+
+// Errors returned by this package, classified with errors.Is.
+var (
+	// ErrInvalidSpec means the Spec was rejected before anything started.
+	ErrInvalidSpec = errors.New("sandbox: invalid spec")
+	// ErrStart means the container or its command could not be started
+	// (for example, the command was not found in the container).
+	ErrStart = errors.New("sandbox: cannot start container")
+	// ErrNotReaped means the container's processes were killed but did not
+	// die within the kill grace period (stuck in the kernel); Run returned
+	// anyway and the container is destroyed once they die.
+	ErrNotReaped = errors.New("sandbox: container processes not reaped after kill")
+)
+
+// Stream names carried by Event.Stream.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// Limits bounds a container's resources. A zero field means "use the
+// default": the Manager's Limits, then DefaultLimits.
+type Limits struct {
+	Memory int64   // bytes of memory (RAM; no swap)
+	Pids   int64   // processes and threads
+	CPUs   float64 // CPU time in cores (CFS quota)
+	Tmp    int64   // bytes of the tmpfs at /tmp (charged to Memory too)
+}
+
+// DefaultLimits apply where neither the Spec nor the Manager sets a limit.
+var DefaultLimits = Limits{Memory: 1 << 30, Pids: 512, CPUs: 1, Tmp: 1 << 30}
+
+func (l Limits) or(d Limits) Limits {
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Tmp == 0 {
+		l.Tmp = d.Tmp
+	}
+	return l
+}
+
+// Spec describes one command to run.
+type Spec struct {
+	// ID names the container; it must be unique among the Manager's running
+	// containers and consist of letters, digits and "_+-.". Empty means a
+	// random ID.
+	ID string
+	// Argv is the command; Argv[0] is looked up in the container's PATH.
+	Argv []string
+	// Env is added to the container's environment, which does not inherit
+	// the host's: it starts as DefaultEnv, and a variable here replaces a
+	// default of the same name.
+	Env []string
+	// Cwd is the working directory, relative to /workspace (an absolute path
+	// must lie under /workspace). Empty means /workspace.
+	Cwd string
+	// Stdin feeds the command's standard input; nil means /dev/null. Run
+	// does not wait for a Read on it that never returns.
+	Stdin io.Reader
+	// WorkspaceDir is the host directory bind-mounted read-write at
+	// /workspace. Empty means an empty tmpfs there.
+	WorkspaceDir string
+	// Rootfs is a host directory used as the read-only root. Empty means the
+	// Manager's default root: read-only binds of the host's system
+	// directories (Manager.HostDirs) over an empty directory.
+	Rootfs string
+	// Limits overrides the Manager's limits field by field.
+	Limits Limits
+	// Timeout kills the command when it runs longer. Zero means the
+	// Manager's Timeout; if that is zero too, only ctx bounds the run.
+	Timeout time.Duration
+}
+
+// Event is a piece of the command's output, delivered as it is produced:
+// whole lines where possible, and a partial line once no more output has
+// arrived for FlushDelay or the buffer holds FlushSize bytes.
+type Event struct {
+	Seq    uint64 // 1, 2, 3, ... across both streams, in delivery order
+	Stream string // Stdout or Stderr
+	Data   []byte // owned by the receiver
+}
+
+// Result is how a command ended.
+type Result struct {
+	ID       string
+	ExitCode int            // exit status; -1 if killed by a signal
+	Signal   syscall.Signal // the signal that killed the command, or 0
+	Duration time.Duration  // from container start to the command's death
+	TimedOut bool           // killed because Timeout elapsed
+	Canceled bool           // killed because ctx was done
+	OOMKills int            // processes the kernel OOM-killed in the container
+	Stdout   int64          // bytes written to stdout
+	Stderr   int64          // bytes written to stderr
+}
+
+// Output delivery tuning.
+const (
+	// FlushDelay is how long a partial line waits for its newline.
+	FlushDelay = 20 * time.Millisecond
+	// FlushSize is the most output held back waiting for a newline.
+	FlushSize = 32 << 10
+)
+
+// killGrace bounds how long Run waits for killed processes to die and for
+// output pipes to drain.
+const killGrace = 10 * time.Second
+
+// DefaultEnv is the environment every command starts with.
+var DefaultEnv = []string{
+	"PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/tmp",
+	"LANG=C.UTF-8",
+	"TERM=dumb",
+}
+
+// DefaultHostDirs are the host directories bound read-only into the
+// default root. Symbolic links among them (merged /usr) are recreated as
+// links; missing ones are skipped.
+var DefaultHostDirs = []string{"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"}
+
+// Manager runs containers whose state lives under StateDir. Its zero
+// fields take defaults; it is safe for concurrent use once its fields are
+// set.
+type Manager struct {
+	// StateDir holds libcontainer's state (StateDir/containers) and the
+	// default root directory (StateDir/rootfs). One Manager per StateDir.
+	StateDir string
+	// Limits are the defaults for Spec.Limits (zero fields: DefaultLimits).
+	Limits Limits
+	// Timeout is the default Spec.Timeout.
+	Timeout time.Duration
+	// HostDirs replaces DefaultHostDirs when not nil.
+	HostDirs []string
+	// NoSeccomp turns the seccomp filter off (for measuring its cost).
+	NoSeccomp bool
+
+	prepMu   sync.Mutex
+	prepared bool
+}
+
+func (m *Manager) containersDir() string { return filepath.Join(m.StateDir, "containers") }
+func (m *Manager) rootDir() string       { return filepath.Join(m.StateDir, "rootfs") }
+
+// Run runs spec.Argv in a fresh container and returns when it has ended and
+// the container is gone. out, if not nil, receives the output as it is
+// produced, from one goroutine at a time, in Seq order; it should not block
+// for long (it holds back the command's output while it runs). A command
+// that ran and failed is not an error: see Result. Run returns an error
+// wrapping ErrInvalidSpec or ErrStart when the command did not run, and
+// ErrNotReaped (with a Result) when killed processes would not die.
+func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
+	if out == nil {
+		out = func(Event) {}
+	}
+	r, err := m.prepare(spec)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{ID: r.id}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrStart, context.Cause(ctx))
+	}
+
+	// The container's init gets SIGKILL when the thread that forked it
+	// exits (see Init); keep this goroutine on one thread until the
+	// container is gone, so that only the death of this process kills it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	c, err := libcontainer.Create(m.containersDir(), r.id, r.config)
+	if err != nil {
+		return res, fmt.Errorf("%w: create %s: %w", ErrStart, r.id, err)
+	}
+	var destroyOnce sync.Once
+	destroy := func() { destroyOnce.Do(func() { _ = c.Destroy() }) }
+	detached := false // the container outlives Run (ErrNotReaped)
+	defer func() {
+		if !detached {
+			destroy()
+		}
+	}()
+
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	defer stdoutR.Close()
+	defer stdoutW.Close()
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	defer stderrR.Close()
+	defer stderrW.Close()
+
+	p := &libcontainer.Process{
+		Args:   spec.Argv,
+		Env:    r.env,
+		Cwd:    r.cwd,
+		Stdout: stdoutW,
+		Stderr: stderrW,
+		Init:   true,
+	}
+	var stdinW *os.File
+	if spec.Stdin != nil {
+		if f, ok := spec.Stdin.(*os.File); ok {
+			p.Stdin = f
+		} else {
+			var stdinR *os.File
+			stdinR, stdinW, err = os.Pipe()
+			if err != nil {
+				return res, fmt.Errorf("%w: %w", ErrStart, err)
+			}
+			defer stdinR.Close()
+			defer stdinW.Close()
+			p.Stdin = stdinR
+		}
+	}
+	var sc *seccompConn
+	if !m.NoSeccomp {
+		if sc, err = newSeccompConn(); err != nil {
+			return res, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		defer sc.Close()
+		p.ExtraFiles = []*os.File{sc.child}
+	}
+
+	start := time.Now()
+	if err := c.Start(p); err != nil {
+		return res, fmt.Errorf("%w: %s: %w", ErrStart, r.id, err)
+	}
+	// From here on the init process exists: every exit path kills it.
+	stdoutW.Close()
+	stderrW.Close()
+	if p.Stdin != nil {
+		if f, ok := p.Stdin.(*os.File); ok && f != spec.Stdin {
+			f.Close()
+		}
+	}
+	waitDone := make(chan waitResult, 1)
+	go func() {
+		st, err := p.Wait()
+		waitDone <- waitResult{st, err}
+	}()
+	fail := func(err error) (Result, error) {
+		m.kill(c, p)
+		select {
+		case <-waitDone:
+		case <-time.After(killGrace):
+			detached = true
+			go func() { <-waitDone; destroy() }()
+		}
+		return res, fmt.Errorf("%w: %s: %w", ErrStart, r.id, err)
+	}
+	if sc != nil {
+		if err := sc.apply(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := c.Exec(); err != nil {
+		return fail(err)
+	}
+
+	if stdinW != nil {
+		go func() {
+			_, _ = io.Copy(stdinW, spec.Stdin)
+			stdinW.Close()
+		}()
+	}
+	o := &outputs{out: out}
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); res.Stdout = o.pump(stdoutR, Stdout) }()
+	go func() { defer pumps.Done(); res.Stderr = o.pump(stderrR, Stderr) }()
+
+	timeout := spec.Timeout
+	if timeout == 0 {
+		timeout = m.Timeout
+	}
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+
+	var wr waitResult
+	var reaped bool
+	select {
+	case wr = <-waitDone:
+		reaped = true
+	case <-timer:
+		res.TimedOut = true
+	case <-ctx.Done():
+		res.Canceled = true
+	}
+	// The command's end ends the container: when the init of a PID
+	// namespace dies the kernel kills the rest, and kill makes sure.
+	m.kill(c, p)
+	if !reaped {
+		select {
+		case wr = <-waitDone:
+			reaped = true
+		case <-time.After(killGrace):
+		}
+	}
+	res.Duration = time.Since(start)
+	if !reaped {
+		// Leave the pipes and the container to the waiter; they go when the
+		// processes finally die.
+		stdoutR.Close()
+		stderrR.Close()
+		pumps.Wait()
+		res.ExitCode, res.Signal = -1, unix.SIGKILL
+		detached = true
+		go func() { <-waitDone; destroy() }()
+		return res, fmt.Errorf("%w: %s", ErrNotReaped, r.id)
+	}
+
+	// All writers are dead; drain what they wrote. A grace period guards
+	// against a write end that somehow escaped the container.
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(killGrace):
+		stdoutR.Close()
+		stderrR.Close()
+		<-drained
+	}
+
+	res.ExitCode, res.Signal = exitStatus(wr)
+	if res.ExitCode != 0 {
+		res.OOMKills = oomKills(c)
+	}
+	destroy()
+	return res, nil
+}
+
+type waitResult struct {
+	st  *os.ProcessState
+	err error
+}
+
+func exitStatus(wr waitResult) (int, syscall.Signal) {
+	if wr.st == nil {
+		return -1, 0
+	}
+	ws, ok := wr.st.Sys().(syscall.WaitStatus)
+	if !ok {
+		return wr.st.ExitCode(), 0
+	}
+	if ws.Signaled() {
+		return -1, ws.Signal()
+	}
+	return ws.ExitStatus(), 0
+}
+
+// kill ends every process in the container: SIGKILL to the init of its PID
+// namespace makes the kernel kill all the others; SIGKILL to each process
+// still in its cgroup covers anything that would not be in it.
+func (m *Manager) kill(c *libcontainer.Container, p *libcontainer.Process) {
+	_ = p.Signal(unix.SIGKILL)
+	_ = c.Signal(unix.SIGKILL)
+	if pids, err := c.Processes(); err == nil {
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// run is a Spec checked and turned into what libcontainer takes.
+type run struct {
+	id     string
+	env    []string
+	cwd    string
+	config *configs.Config
+}
+
+// prepare validates spec and builds the container's configuration.
+func (m *Manager) prepare(spec Spec) (*run, error) {
+	if m.StateDir == "" {
+		return nil, fmt.Errorf("%w: Manager.StateDir not set", ErrInvalidSpec)
+	}
+	id := spec.ID
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = "run-" + hex.EncodeToString(b[:])
+	}
+	if err := validateID(id); err != nil {
+		return nil, err
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, fmt.Errorf("%w: empty argv", ErrInvalidSpec)
+	}
+	for _, a := range spec.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, fmt.Errorf("%w: NUL byte in argv", ErrInvalidSpec)
+		}
+	}
+	env, err := mergeEnv(DefaultEnv, spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := workdir(spec.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	if spec.WorkspaceDir != "" {
+		if fi, err := os.Stat(spec.WorkspaceDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: workspace %q is not a directory", ErrInvalidSpec, spec.WorkspaceDir)
+		}
+		// libcontainer would create a missing working directory: a write
+		// to the workspace that nobody asked for. Resolve it the way the
+		// container will see it (symbolic links confined to the workspace).
+		rel := strings.TrimPrefix(strings.TrimPrefix(cwd, "/workspace"), "/")
+		host, err := securejoin.SecureJoin(spec.WorkspaceDir, rel)
+		if fi, serr := os.Stat(host); err != nil || serr != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: cwd %q is not a directory in the workspace", ErrInvalidSpec, spec.Cwd)
+		}
+	}
+	rootfs := spec.Rootfs
+	if rootfs == "" {
+		if err := m.prepareRoot(); err != nil {
+			return nil, err
+		}
+		rootfs = m.rootDir()
+	} else if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: rootfs %q is not a directory", ErrInvalidSpec, rootfs)
+	}
+	limits := spec.Limits.or(m.Limits).or(DefaultLimits)
+	if limits.Memory < 4<<20 || limits.Pids < 1 || limits.CPUs <= 0 || limits.Tmp < 0 {
+		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidSpec, limits)
+	}
+	cfg, err := m.config(id, rootfs, spec.Rootfs == "", spec.WorkspaceDir, limits)
+	if err != nil {
+		return nil, err
+	}
+	return &run{id: id, env: env, cwd: cwd, config: cfg}, nil
+}
+
+func validateID(id string) error {
+	if len(id) > 128 {
+		return fmt.Errorf("%w: id %q too long", ErrInvalidSpec, id)
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '+', r == '-', r == '.':
+		default:
+			return fmt.Errorf("%w: id %q: only letters, digits and _+-. allowed", ErrInvalidSpec, id)
+		}
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("%w: id %q", ErrInvalidSpec, id)
+	}
+	return nil
+}
+
+// mergeEnv returns base with extra added, a later variable replacing an
+// earlier one of the same name.
+func mergeEnv(base, extra []string) ([]string, error) {
+	env := slices.Clone(base)
+	for _, kv := range extra {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return nil, fmt.Errorf("%w: env %q: want KEY=VALUE without NUL", ErrInvalidSpec, kv)
+		}
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		env = append(env, kv)
+	}
+	return env, nil
+}
+
+// workdir resolves cwd against /workspace and refuses paths outside it.
+func workdir(cwd string) (string, error) {
+	const ws = "/workspace"
+	if strings.IndexByte(cwd, 0) >= 0 {
+		return "", fmt.Errorf("%w: NUL byte in cwd", ErrInvalidSpec)
+	}
+	p := path.Clean(cwd)
+	if !path.IsAbs(p) {
+		if p == ".." || strings.HasPrefix(p, "../") {
+			return "", fmt.Errorf("%w: cwd %q escapes /workspace", ErrInvalidSpec, cwd)
+		}
+		p = path.Join(ws, p)
+	}
+	p = path.Clean(p)
+	if p != ws && !strings.HasPrefix(p, ws+"/") {
+		return "", fmt.Errorf("%w: cwd %q is not under /workspace", ErrInvalidSpec, cwd)
+	}
+	return p, nil
+}
+
+// prepareRoot makes the default root directory once: mount points for the
+// container's mounts, and the host's top-level links (merged /usr).
+func (m *Manager) prepareRoot() error {
+	m.prepMu.Lock()
+	defer m.prepMu.Unlock()
+	if m.prepared {
+		return nil
+	}
+	root := m.rootDir()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	for _, d := range []string{"proc", "dev", "sys", "tmp", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return fmt.Errorf("%w: %w", ErrStart, err)
+		}
+	}
+	for _, hd := range m.hostDirs() {
+		fi, err := os.Lstat(hd)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(root, hd)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(hd)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrStart, err)
+			}
+			if cur, err := os.Readlink(dst); err == nil && cur == target {
+				continue
+			}
+			_ = os.Remove(dst)
+			if err := os.Symlink(target, dst); err != nil {
+				return fmt.Errorf("%w: %w", ErrStart, err)
+			}
+		case fi.IsDir():
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return fmt.Errorf("%w: %w", ErrStart, err)
+			}
+		}
+	}
+	m.prepared = true
+	return nil
+}
+
+func (m *Manager) hostDirs() []string {
+	if m.HostDirs != nil {
+		return m.HostDirs
+	}
+	return DefaultHostDirs
+}

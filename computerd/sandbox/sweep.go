@@ -1,0 +1,104 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// Sweep kills and removes every container left under StateDir by a
+// previous process of this Manager's (one killed before it could destroy
+// them), and returns their IDs. Call it at start-up, before any Run on the
+// same StateDir: it would remove their containers too.
+func (m *Manager) Sweep(ctx context.Context) ([]string, error) {
+	if m.StateDir == "" {
+		return nil, fmt.Errorf("%w: Manager.StateDir not set", ErrInvalidSpec)
+	}
+	dir := m.containersDir()
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sweep: %w", err)
+	}
+	var ids []string
+	var errs []error
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return ids, err
+		}
+		id := e.Name()
+		if !e.IsDir() || validateID(id) != nil {
+			continue
+		}
+		if err := m.sweepOne(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", id, err))
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, errors.Join(errs...)
+}
+
+func (m *Manager) sweepOne(ctx context.Context, id string) error {
+	c, err := libcontainer.Load(m.containersDir(), id)
+	if err != nil {
+		// No usable state (the process died between creating the
+		// directory and saving the state): kill by cgroup and remove.
+		if err := m.sweepCgroup(ctx, id); err != nil {
+			return err
+		}
+		return os.RemoveAll(filepath.Join(m.containersDir(), id))
+	}
+	_ = c.Signal(unix.SIGKILL)
+	if err := waitEmpty(ctx, func() ([]int, error) { return c.Processes() }); err != nil {
+		return err
+	}
+	return c.Destroy()
+}
+
+// sweepCgroup kills what the cgroup of container id holds and removes it.
+func (m *Manager) sweepCgroup(ctx context.Context, id string) error {
+	cm, err := manager.New(&cgroups.Cgroup{Path: m.cgroupName(id), Resources: &cgroups.Resources{}})
+	if err != nil {
+		return err
+	}
+	if !cm.Exists() {
+		return nil
+	}
+	if err := waitEmpty(ctx, cm.GetAllPids); err != nil {
+		return err
+	}
+	return cm.Destroy()
+}
+
+// waitEmpty SIGKILLs the processes pids lists until it lists none.
+func waitEmpty(ctx context.Context, pids func() ([]int, error)) error {
+	deadline := time.Now().Add(killGrace)
+	for {
+		ps, err := pids()
+		if err != nil || len(ps) == 0 {
+			return nil // no cgroup left, or nothing in it
+		}
+		for _, pid := range ps {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %d processes", ErrNotReaped, len(ps))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"syscall"
+	"time"
+)
+
+// Mutations addressed by inode. A FUSE mount knows the kernel's inode
+// numbers, not paths, and must hand the kernel an inode number for a new
+// file before that file is committed; NodeOp and CommitNodes let it commit
+// exactly what the kernel was told, with the numbers it was told.
+
+// NodeOp is one mutation addressed by inode numbers instead of paths.
+type NodeOp struct {
+	Kind OpKind
+	// Dir and Name name the entry that mkdir, create, symlink and link make,
+	// that delete removes, and that rename moves to.
+	Dir  uint64
+	Name string
+	// FromDir and FromName name a rename's source entry.
+	FromDir  uint64
+	FromName string
+	// Ino is the number the inode made by mkdir, create or symlink gets
+	// (reserved with ReserveInos; 0 lets the store choose); the inode that
+	// link links; and the inode that write, truncate, chmod, chown and
+	// utimes change.
+	Ino    uint64
+	Mode   fs.FileMode
+	UID    uint32
+	GID    uint32
+	Mtime  int64 // Unix nanoseconds (utimes; create and symlink if non-zero)
+	Size   int64 // truncate
+	Target string
+	// Content is chunk-aligned content for write (slots replaced whole).
+	Content *Content
+	// Holes lists chunk indexes that write turns into holes (zeros).
+	Holes     []int64
+	NoReplace bool
+	Exchange  bool
+}
+
+// ReserveInos sets aside n inode numbers that the store will never hand out
+// itself, for NodeOps that create inodes with numbers chosen in advance. It
+// returns the first; the numbers are [first, first+n).
+func (s *Store) ReserveInos(ctx context.Context, n int) (uint64, error) {
+	if n <= 0 {
+		return 0, fmt.Errorf("reserve %d inodes: %w", n, ErrInvalidArgument)
+	}
+	var end uint64
+	err := s.write(ctx, func() error {
+		return wrapDB("reserve inodes", s.wq.nextIno.QueryRowContext(ctx, n).Scan(&end))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return end - uint64(n) + 1, nil
+}
+
+// CommitNodes applies ops in order, as Commit does for a Batch, and commits
+// them as one new revision of ws. Entries are named by directory inode and
+// name, resolved when each op runs, so earlier renames are followed. If any
+// op fails the store is unchanged. With info.Base set and the head moved
+// past it, the commit fails with a *ConflictError if the paths the ops
+// touched (as resolved) changed since Base.
+func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info CommitInfo) (Revision, error) {
+	if len(ops) == 0 {
+		return Revision{}, fmt.Errorf("commit: no changes: %w", ErrInvalidArgument)
+	}
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return Revision{}, err
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return Revision{}, ErrClosed
+	}
+	var t *wtx
+	err := s.inTx(ctx, func() error {
+		var err error
+		if t, err = s.begin(ctx, ws); err != nil {
+			return err
+		}
+		touched := make([]Op, 0, len(ops))
+		for _, op := range ops {
+			o, err := t.applyNode(op)
+			if err != nil {
+				return err
+			}
+			if o.Path != "" || o.Kind == OpChmod || o.Kind == OpChown || o.Kind == OpUtimes {
+				touched = append(touched, o)
+			}
+		}
+		// The ops' own rows are born after the head, so the views the
+		// check reads are those of the base and the head alone.
+		if info.Base != 0 && info.Base != t.rev-1 {
+			if err := s.checkConflict(ctx, t, info.Base, touched); err != nil {
+				return err
+			}
+		}
+		t.changes = len(ops)
+		return t.finish(info)
+	})
+	if err != nil {
+		return Revision{}, err
+	}
+	t.endLeases()
+	if info.Source == "" {
+		info.Source = SourceAPI
+	}
+	if info.Tenant == "" {
+		info.Tenant = t.ws.tenant
+	}
+	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
+		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}, nil
+}
+
+func (op NodeOp) check() error {
+	bad := func(what string) error {
+		return pathErr(string(op.Kind), op.Name, fmt.Errorf("%s: %w", what, ErrInvalidArgument))
+	}
+	switch op.Kind {
+	case OpMkdir, OpCreate, OpSymlink, OpLink, OpDelete, OpRename:
+		if !validName(op.Name) || op.Name == "." || op.Name == ".." {
+			return pathErr(string(op.Kind), op.Name, ErrInvalidPath)
+		}
+	case OpWrite, OpTruncate, OpChmod, OpChown, OpUtimes:
+	default:
+		return bad("unknown op")
+	}
+	switch op.Kind {
+	case OpRename:
+		if !validName(op.FromName) || op.FromName == "." || op.FromName == ".." {
+			return pathErr("rename", op.FromName, ErrInvalidPath)
+		}
+	case OpSymlink:
+		if op.Target == "" || len(op.Target) > MaxPathLen || containsNUL(op.Target) {
+			return pathErr("symlink", op.Name, ErrInvalidPath)
+		}
+	case OpTruncate:
+		if op.Size < 0 || op.Size > MaxFileSize {
+			return bad("size")
+		}
+	case OpWrite:
+		if op.Content == nil || op.Content.Size < 0 || op.Content.Size > MaxFileSize {
+			return bad("content")
+		}
+		for _, idx := range op.Holes {
+			if idx < 0 || idx > MaxFileSize {
+				return bad("hole")
+			}
+		}
+	}
+	return nil
+}
+
+// applyNode runs one NodeOp and returns it as the path-addressed Op it
+// amounted to (Path empty when the inode has no known name).
+func (t *wtx) applyNode(op NodeOp) (Op, error) {
+	o := Op{Kind: op.Kind, Mode: op.Mode, UID: op.UID, GID: op.GID, Mtime: op.Mtime, Size: op.Size,
+		Target: op.Target, NoReplace: op.NoReplace, Exchange: op.Exchange}
+	fail := func(err error) (Op, error) {
+		p := o.Path
+		if p == "" {
+			p = op.Name
+		}
+		return o, pathErr(string(op.Kind), p, err)
+	}
+	var err error
+	switch op.Kind {
+	case OpMkdir, OpCreate, OpSymlink, OpDelete, OpRename, OpLink:
+		if o.Path, err = t.entryPath(op.Dir, op.Name); err != nil {
+			return fail(err)
+		}
+	}
+	switch op.Kind {
+	case OpMkdir, OpCreate, OpSymlink:
+		if op.Ino == 0 {
+			return o, t.apply(o)
+		}
+		// Every inode a batch makes comes from newIno: point it at the
+		// reserved number for this one op.
+		next, end := t.inoNext, t.inoEnd
+		t.inoNext, t.inoEnd = op.Ino, op.Ino+1
+		err = t.apply(o)
+		used := t.inoNext == op.Ino+1
+		t.inoNext, t.inoEnd = next, end
+		if err != nil {
+			return o, opError(o, err)
+		}
+		if !used {
+			return fail(fmt.Errorf("inode %d not created: %w", op.Ino, ErrExists))
+		}
+		return o, nil
+	case OpDelete, OpRename:
+		if op.Kind == OpRename {
+			if o.From, err = t.entryPath(op.FromDir, op.FromName); err != nil {
+				return fail(err)
+			}
+		}
+		if err := t.apply(o); err != nil {
+			return o, opError(o, err)
+		}
+		return o, nil
+	case OpLink:
+		src, err := t.inode(op.Ino)
+		if err != nil {
+			return fail(err)
+		}
+		if src.isDir() {
+			return fail(ErrIsDir)
+		}
+		o.From, _ = t.inodePath(src)
+		dir, err := t.inode(op.Dir)
+		if err != nil {
+			return fail(err)
+		}
+		if err := t.free(dir, op.Name); err != nil {
+			return fail(err)
+		}
+		src.nlink++
+		if err := t.add(dir, op.Name, src); err != nil {
+			return fail(err)
+		}
+		return o, nil
+	}
+	in, err := t.inode(op.Ino)
+	if err != nil {
+		return fail(err)
+	}
+	o.Path, _ = t.inodePath(in)
+	switch op.Kind {
+	case OpWrite, OpTruncate:
+		if in.isDir() {
+			return fail(ErrIsDir)
+		}
+		if !in.isReg() {
+			return fail(ErrInvalidArgument)
+		}
+		if op.Kind == OpTruncate {
+			err = t.truncate(in, op.Size)
+		} else {
+			err = t.writeContent(in, op.Content)
+			for _, idx := range op.Holes {
+				if err == nil {
+					err = t.setExtent(in.ino, idx, 0)
+				}
+			}
+			if err == nil && op.Content.Size > in.size {
+				in.size = op.Content.Size
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		in.mtime = t.now
+	case OpChmod:
+		in.mode = in.mode&syscall.S_IFMT | unixPerm(op.Mode)
+	case OpChown:
+		in.uid, in.gid = op.UID, op.GID
+	case OpUtimes:
+		in.mtime = op.Mtime
+		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
+	}
+	if err := t.putInode(in); err != nil {
+		return fail(err)
+	}
+	return o, nil
+}
+
+// entryPath is the path of name in directory dir, as the tree stands in
+// the transaction.
+func (t *wtx) entryPath(dir uint64, name string) (string, error) {
+	dp, err := t.dirPathOf(dir)
+	if err != nil {
+		return "", err
+	}
+	return joinPath(dp, name), nil
+}
+
+// dirPathOf rebuilds a directory's path from the parent links of the
+// inodes as they stand in the transaction.
+func (t *wtx) dirPathOf(ino uint64) (string, error) {
+	var names []string
+	for depth := 0; ino != t.v.root; depth++ {
+		if depth > MaxPathLen {
+			return "", fmt.Errorf("directory %d: parent loop: %w", ino, ErrInvalidArgument)
+		}
+		in, err := t.inode(ino)
+		if err != nil {
+			return "", fmt.Errorf("directory %d: %w", ino, err)
+		}
+		if !in.isDir() {
+			return "", ErrNotDir
+		}
+		if in.parent == 0 {
+			return "", fmt.Errorf("directory %d: %w", ino, ErrNotFound)
+		}
+		names = append(names, in.name)
+		ino = in.parent
+	}
+	p := ""
+	for i := len(names) - 1; i >= 0; i-- {
+		p = joinPath(p, names[i])
+	}
+	return p, nil
+}
+
+// inodePath returns one path of in: a directory's, or the name a file
+// remembers (false if it remembers none).
+func (t *wtx) inodePath(in *inode) (string, bool) {
+	if in.isDir() {
+		p, err := t.dirPathOf(in.ino)
+		return p, err == nil
+	}
+	if in.parent == 0 {
+		return "", false
+	}
+	p, err := t.entryPath(in.parent, in.name)
+	return p, err == nil
+}
+
+// ReadDirStat lists directory inode ino, sorted by name, with each entry's
+// metadata (Path is empty), in one query where the tree has one layer.
+func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]Stat, error) {
+	v, err := sn.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	es, ins, err := v.children(ino)
+	if err != nil {
+		return nil, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
+	}
+	out := make([]Stat, len(es))
+	for i, e := range es {
+		out[i] = ins[i].stat(e.name, "")
+	}
+	return out, sn.settle(ctx, nil)
+}
