@@ -64,8 +64,12 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op,
 	if info.Tenant == "" {
 		info.Tenant = t.ws.tenant
 	}
-	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
-		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}, nil
+	rev := Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
+		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}
+	if s.OnCommit != nil {
+		s.OnCommit(ws, rev)
+	}
+	return rev, nil
 }
 
 func opError(op Op, err error) error {

@@ -53,6 +53,9 @@ type Store struct {
 	LeaseTime time.Duration
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// OnCommit, if set, is called after each Commit or Apply of a workspace
+	// (not CommitNodes, whose caller knows). It must not block.
+	OnCommit func(ws int64, rev Revision)
 
 	chunkSize int64
 	wdb       *sql.DB // one connection, for the single writer

@@ -509,3 +509,20 @@ func (c *Client) ExecRecord(ctx context.Context, ws, id string) (fsstore.Exec, e
 func (c *Client) KillExec(ctx context.Context, ws, id string) error {
 	return c.call(ctx, "POST", wsPath(ws, "/execs/", url.PathEscape(id), "/kill"), nil, nil, nil)
 }
+
+// Mount has the daemon serve ws at dir (an absolute, empty directory on its host).
+func (c *Client) Mount(ctx context.Context, ws, dir string) (wire.MountInfo, error) {
+	var out wire.MountInfo
+	return out, c.call(ctx, "POST", wsPath(ws, "/mount"), nil, wire.Mount{Dir: dir}, &out)
+}
+
+// Unmount commits what is pending at dir and unmounts it.
+func (c *Client) Unmount(ctx context.Context, dir string) error {
+	return c.call(ctx, "POST", "/v1/mounts/unmount", nil, wire.Mount{Dir: dir}, nil)
+}
+
+// Mounts lists the tenant's live mounts.
+func (c *Client) Mounts(ctx context.Context) ([]wire.MountInfo, error) {
+	var out []wire.MountInfo
+	return out, c.call(ctx, "GET", "/v1/mounts", nil, nil, &out)
+}

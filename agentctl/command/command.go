@@ -91,7 +91,7 @@ func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, 
 }
 
 func commands() []*cli.Command {
-	return append(fileCommands(), execCommands()...)
+	return append(append(fileCommands(), execCommands()...), mountCommands()...)
 }
 
 func fileCommands() []*cli.Command {

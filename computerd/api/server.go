@@ -58,6 +58,8 @@ type Server struct {
 	Log     *slog.Logger     // may be nil
 	// Runner runs execs; nil answers exec calls with 503.
 	Runner *runner.Runner
+	// Mounts serves host mounts; nil answers mount calls with 503.
+	Mounts Mounter
 
 	mux      *http.ServeMux
 	homeOnce sync.Once
@@ -104,6 +106,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	routes = append(routes, s.syncRoutes()...)
 	routes = append(routes, s.execRoutes()...)
+	routes = append(routes, s.mountRoutes()...)
 	for _, r := range routes {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}

@@ -52,6 +52,7 @@ type Daemon struct {
 	Store   *fsstore.Store
 	Metrics *metrics.Metrics
 	Runner  *runner.Runner // nil with NoExec
+	mounts  *mounts
 
 	cfg      Config
 	lock     *os.File
@@ -86,13 +87,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.Metrics.WatchStore(d.Store)
+	d.mounts = newMounts(cfg.DataDir, d.Store, d.Metrics, cfg.Log)
+	d.mounts.cleanupStale()
+	d.Store.OnCommit = func(ws int64, _ fsstore.Revision) { d.mounts.changed(ws) }
 	if !cfg.NoExec {
 		if err := d.startRunner(ctx); err != nil {
 			d.closeStore()
 			return nil, err
 		}
 	}
-	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner}
+	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner, Mounts: d.mounts}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		d.closeStore()
@@ -171,6 +175,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// and what they wrote is committed.
 		d.Runner.Shutdown(ctx)
 	}
+	d.mounts.closeAll(context.WithoutCancel(ctx))
 	err := d.api.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		d.api.Close()

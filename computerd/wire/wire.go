@@ -121,3 +121,17 @@ func (e ExecEvent) Bytes() []byte {
 	}
 	return []byte(e.Data)
 }
+
+// Mount is the body of POST /v1/workspaces/{ws}/mount, and MountInfo the
+// answer and each entry of GET /v1/mounts.
+type Mount struct {
+	Dir string `json:"dir"` // absolute, an existing empty directory on the daemon's host
+}
+
+// MountInfo describes a live host mount.
+type MountInfo struct {
+	Dir       string `json:"dir"`
+	Workspace string `json:"workspace"`
+	Base      int64  `json:"base"` // the revision the mount shows (plus its own writes)
+	Error     string `json:"error,omitempty"`
+}
