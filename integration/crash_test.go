@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 	sandbox.Init() // the test binary is also the containers' init
 	if dir := os.Getenv("COMPUTERD_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := daemoncmd.Run(ctx, []string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, os.Stdout, os.Stderr)
+		args := []string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}
+		if extra := os.Getenv("COMPUTERD_TEST_ARGS"); extra != "" {
+			args = append(args, strings.Split(extra, "\x1f")...)
+		}
+		err := daemoncmd.Run(ctx, args, os.Stdout, os.Stderr)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "computerd:", err)
@@ -39,17 +43,22 @@ func TestMain(m *testing.M) {
 
 // child is a computerd process serving dir.
 type child struct {
-	cmd *exec.Cmd
-	url string
+	cmd     *exec.Cmd
+	url     string
+	metrics string // "" unless started with --metrics-listen
 }
 
-var servingRE = regexp.MustCompile(`api=(http://\S+)`)
+var (
+	servingRE = regexp.MustCompile(`api=(http://\S+)`)
+	metricsRE = regexp.MustCompile(`metrics=(http://\S+)`)
+)
 
-// startChild starts a computerd process on dir and waits until it serves.
-func startChild(t *testing.T, dir string) *child {
+// startChild starts a computerd process on dir (with extra serve flags,
+// which override the defaults) and waits until it serves.
+func startChild(t *testing.T, dir string, extra ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "COMPUTERD_TEST_SERVE="+dir)
+	cmd.Env = append(os.Environ(), "COMPUTERD_TEST_SERVE="+dir, "COMPUTERD_TEST_ARGS="+strings.Join(extra, "\x1f"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -63,21 +72,25 @@ func startChild(t *testing.T, dir string) *child {
 			cmd.Wait()
 		}
 	})
-	urls := make(chan string, 1)
+	urls := make(chan *child, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
+				c := &child{cmd: cmd, url: m[1]}
+				if mm := metricsRE.FindStringSubmatch(sc.Text()); mm != nil {
+					c.metrics = mm[1]
+				}
 				select {
-				case urls <- m[1]:
+				case urls <- c:
 				default:
 				}
 			}
 		}
 	}()
 	select {
-	case u := <-urls:
-		return &child{cmd: cmd, url: u}
+	case c := <-urls:
+		return c
 	case <-time.After(20 * time.Second):
 		t.Fatal("computerd child did not start serving")
 		return nil

@@ -55,6 +55,9 @@ type PushHeader struct {
 	PushID  string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
 	Base    int64  `json:"base"`    // the home revision the changes were made on
 	Message string `json:"message,omitempty"`
+	// Source of the revision: exec (default) or interrupted (the writes of
+	// a command whose executor died).
+	Source fsstore.Source `json:"source,omitempty"`
 }
 
 // PushResult answers a push.
@@ -321,6 +324,13 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 	if hdr.PushID == "" || hdr.Base <= 0 {
 		return PushResult{}, fmt.Errorf("%w: push needs a push id and a base revision", ErrMalformed)
 	}
+	switch hdr.Source {
+	case "":
+		hdr.Source = fsstore.SourceSync
+	case fsstore.SourceSync, fsstore.SourceExec, fsstore.SourceInterrupted:
+	default:
+		return PushResult{}, fmt.Errorf("%w: push source %q", ErrMalformed, hdr.Source)
+	}
 	up := h.Store.NewUploader()
 	var nchunks int
 	var nbytes int64
@@ -363,7 +373,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 		return PushResult{}, nil
 	}
 	rev, err := h.Store.Apply(ctx, ws.ID, cs, fsstore.CommitInfo{
-		Source: fsstore.SourceSync, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
+		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
 	})
 	if err != nil {
 		return PushResult{}, err

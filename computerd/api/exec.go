@@ -44,7 +44,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	ws, err := s.workspace(r)
+	ws, homeRev, err := run.Workspace(r.Context(), tenantOf(r.Context()), r.PathValue("ws"))
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	rec, err := run.Start(r.Context(), runner.Request{
 		Workspace: ws, Tenant: tenantOf(r.Context()), Argv: req.Argv, Cwd: req.Cwd, Env: req.Env,
 		Stdin: req.Stdin, Key: key, Timeout: timeout,
-		Limits: sandbox.Limits{Memory: req.Memory, Pids: req.Pids, CPUs: req.CPUs},
+		Limits:   sandbox.Limits{Memory: req.Memory, Pids: req.Pids, CPUs: req.CPUs},
+		HomeBase: homeRev,
 	})
 	if err != nil {
 		return err

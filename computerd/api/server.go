@@ -60,6 +60,11 @@ type Server struct {
 	Runner *runner.Runner
 	// Mounts serves host mounts; nil answers mount calls with 503.
 	Mounts Mounter
+	// Home, if set, makes this an executor's API: exec calls are served
+	// here, everything else is passed to the home through this handler.
+	Home http.Handler
+	// Authenticate, if set, replaces the store's token check.
+	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
 	mux      *http.ServeMux
 	homeOnce sync.Once
@@ -107,12 +112,18 @@ func (s *Server) Handler() http.Handler {
 	routes = append(routes, s.syncRoutes()...)
 	routes = append(routes, s.execRoutes()...)
 	routes = append(routes, s.mountRoutes()...)
+	if s.Home != nil {
+		// An executor: its own execs, the home's everything else.
+		routes = s.execRoutes()
+		s.mux.Handle("/", s.Home)
+	} else {
+		s.mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
+			return &httpError{status: http.StatusNotFound, code: wire.CodeNotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path}
+		}))
+	}
 	for _, r := range routes {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
-	s.mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
-		return &httpError{status: http.StatusNotFound, code: wire.CodeNotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path}
-	}))
 	return s.mux
 }
 
@@ -180,7 +191,11 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	if !ok || secret == "" {
 		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "missing bearer token (set COMPUTER_TOKEN; create one with `computerd token create TENANT`)"}
 	}
-	tenant, err := s.Store.TokenTenant(r.Context(), strings.TrimSpace(secret))
+	check := s.Store.TokenTenant
+	if s.Authenticate != nil {
+		check = s.Authenticate
+	}
+	tenant, err := check(r.Context(), strings.TrimSpace(secret))
 	if errors.Is(err, fsstore.ErrBadToken) {
 		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "invalid or revoked token"}
 	}
@@ -204,9 +219,12 @@ func badRequest(format string, args ...any) error {
 func statusOf(err error) int {
 	var he *httpError
 	var mbe *http.MaxBytesError
+	var re *syncproto.RemoteError
 	switch {
 	case errors.As(err, &he):
 		return he.status
+	case errors.As(err, &re):
+		return re.Status
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, fsstore.ErrNotFound), errors.Is(err, fsstore.ErrWorkspaceNotFound), errors.Is(err, fsstore.ErrUnknownRevision):
@@ -227,9 +245,12 @@ func writeError(w http.ResponseWriter, err error) {
 	body := wire.Error{Message: err.Error()}
 	var he *httpError
 	var ce *fsstore.ConflictError
+	var re *syncproto.RemoteError
 	switch {
 	case errors.As(err, &he):
 		body.Code = he.code
+	case errors.As(err, &re):
+		body.Code, body.Paths = re.Body.Code, re.Body.Paths
 	case status == http.StatusRequestEntityTooLarge:
 		body.Code = wire.CodeTooLarge
 	case errors.As(err, &ce):

@@ -32,6 +32,10 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls may finish after SIGINT/SIGTERM", Value: 30 * time.Second},
 			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log warnings and errors only"},
+			&cli.StringFlag{Name: "home", Usage: "run as an executor of the home computerd at this URL", EnvVars: []string{"COMPUTERD_HOME"}},
+			&cli.StringFlag{Name: "token", Usage: "with --home: a token of the tenant this executor serves", EnvVars: []string{"COMPUTERD_HOME_TOKEN"}},
+			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
+			&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of an exec", Value: 10 * time.Minute},
 		},
 		Action: serve,
 	}
@@ -49,6 +53,10 @@ func serve(c *cli.Context) error {
 		MetricsListen: c.String("metrics-listen"),
 		Log:           log,
 		SyncFull:      c.Bool("sync-full"),
+		Home:          c.String("home"),
+		HomeToken:     c.String("token"),
+		NoExec:        c.Bool("no-exec"),
+		ExecTimeout:   c.Duration("exec-timeout"),
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),

@@ -42,6 +42,9 @@ type Config struct {
 	SandboxLimits sandbox.Limits
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration
+	// Home, if set, makes this daemon an executor of the home computerd at
+	// that URL, acting for the tenant of HomeToken (see docs/SYNC.md).
+	Home, HomeToken string
 }
 
 // DefaultListen is the API's default address: loopback only.
@@ -82,21 +85,37 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
+	var remote *executor
+	if cfg.Home != "" {
+		if remote, err = newExecutor(ctx, cfg, d.Store); err != nil {
+			d.lock.Close()
+			return nil, err
+		}
+	}
 	if err := d.Store.Open(ctx); err != nil {
 		d.lock.Close()
 		return nil, err
+	}
+	if remote != nil {
+		if err := remote.check(d.Store); err != nil {
+			d.closeStore()
+			return nil, err
+		}
 	}
 	d.Metrics.WatchStore(d.Store)
 	d.mounts = newMounts(cfg.DataDir, d.Store, d.Metrics, cfg.Log)
 	d.mounts.cleanupStale()
 	d.Store.OnCommit = func(ws int64, _ fsstore.Revision) { d.mounts.changed(ws) }
 	if !cfg.NoExec {
-		if err := d.startRunner(ctx); err != nil {
+		if err := d.startRunner(ctx, remote); err != nil {
 			d.closeStore()
 			return nil, err
 		}
 	}
 	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner, Mounts: d.mounts}
+	if remote != nil {
+		srv.Home, srv.Authenticate, srv.Mounts = remote.proxy, remote.authenticate, nil
+	}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		d.closeStore()
@@ -120,12 +139,15 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 
 // startRunner prepares sandboxed exec and recovers from a previous crash:
 // orphaned containers and mounts go, interrupted execs' writes are kept.
-func (d *Daemon) startRunner(ctx context.Context) error {
+func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	run := filepath.Join(d.cfg.DataDir, "run")
 	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits}
 	d.Runner = &runner.Runner{
 		Store: d.Store, Sandbox: sb, Metrics: d.Metrics, Log: d.cfg.Log,
 		Dir: run, DefaultTimeout: d.cfg.ExecTimeout,
+	}
+	if remote != nil {
+		d.Runner.Remote = remote.runner()
 	}
 	if err := d.Runner.Recover(ctx); err != nil {
 		return fmt.Errorf("exec recovery: %w", err)

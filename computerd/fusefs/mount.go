@@ -48,6 +48,12 @@ type Options struct {
 	// OnCommit, if set, is called after each revision of Workspace the
 	// mount makes.
 	OnCommit func(fsstore.Revision)
+	// Deliver, if set, replaces applying an exec mount's changeset to
+	// Workspace (an executor pushes it to its home instead). An error
+	// wrapping ErrKeepDraft leaves the draft in place, holding the changes
+	// for a later delivery; a *fsstore.ConflictError keeps it as a
+	// conflict copy, as a local conflict does.
+	Deliver func(ctx context.Context, draft fsstore.Draft, cs *fsstore.Changeset, info fsstore.CommitInfo) (fsstore.Revision, error)
 	// CacheTimeout is how long the kernel may cache entries and attributes
 	// (default 24h): the mount invalidates them itself when others change
 	// the workspace (Refresh).
@@ -66,6 +72,9 @@ type Options struct {
 var (
 	// ErrUnmounted: the mount has been unmounted.
 	ErrUnmounted = errors.New("fusefs: unmounted")
+	// ErrKeepDraft, wrapped in an error from Options.Deliver, says the
+	// changes could not be delivered now and the draft must stay.
+	ErrKeepDraft = errors.New("fusefs: changes kept in the draft")
 )
 
 // ConflictError reports a commit refused because the workspace changed the
@@ -93,6 +102,7 @@ type Mount struct {
 	cancel   context.CancelFunc
 	server   *fuse.Server
 	dev      uint64 // the mount's device number: its FUSE connection is minor(dev)
+	kept     error  // a Deliver failure that left the changes in the draft (under syncMu)
 	chunk    int64
 	ttl      time.Duration
 	quiet    time.Duration
@@ -674,7 +684,21 @@ func (m *Mount) publish(ctx context.Context) (fsstore.Revision, bool, error) {
 	}
 	info := m.opt.Info
 	info.Base = base
-	rev, err := m.st.Apply(ctx, m.ws.ID, cs, info)
+	var rev fsstore.Revision
+	if m.kept != nil {
+		// Delivery failed once: the draft holds the changes for whoever
+		// retries later (one delivery at a time, never two racing).
+		return rev, false, m.kept
+	}
+	if m.opt.Deliver != nil {
+		rev, err = m.opt.Deliver(ctx, *m.draft, cs, info)
+		if errors.Is(err, ErrKeepDraft) {
+			m.kept = err
+			return rev, false, err
+		}
+	} else {
+		rev, err = m.st.Apply(ctx, m.ws.ID, cs, info)
+	}
 	if err != nil {
 		if !errors.As(err, new(*fsstore.ConflictError)) {
 			return rev, false, err

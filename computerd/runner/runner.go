@@ -41,6 +41,7 @@ type Request struct {
 	Key       string        // idempotency key: a retry returns the recorded result
 	Timeout   time.Duration // 0: the runner's default
 	Limits    sandbox.Limits
+	HomeBase  int64 // executor: the home revision Workspace mirrors
 }
 
 // Event is one line of an exec's event stream.
@@ -59,11 +60,14 @@ type Runner struct {
 	DefaultTimeout, MaxTimeout time.Duration
 	// OutputRetention is how long output logs are kept (default 24 h).
 	OutputRetention time.Duration
+	// Remote, if set, makes this an executor's runner (see Remote).
+	Remote *Remote
 
 	mu      sync.Mutex
 	running map[string]*run
 	wg      sync.WaitGroup
 	closing bool
+	stopBg  context.CancelFunc // ends the pending-push loop
 }
 
 // run is one exec in flight.
@@ -122,8 +126,15 @@ func (r *Runner) Recover(ctx context.Context) error {
 		}
 		os.Remove(dir)
 	}
-	recovered, err := fusefs.Recover(ctx, r.Store)
-	if err != nil {
+	var recovered []fusefs.Recovered
+	if r.Remote != nil {
+		if err := r.recoverRemote(ctx); err != nil {
+			return fmt.Errorf("recover drafts: %w", err)
+		}
+		bg, stop := context.WithCancel(context.Background())
+		r.stopBg = stop
+		go r.pushPending(bg)
+	} else if recovered, err = fusefs.Recover(ctx, r.Store); err != nil {
 		return fmt.Errorf("recover drafts: %w", err)
 	}
 	for _, rc := range recovered {
@@ -197,7 +208,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
 	}
 	rec, started, err := r.Store.BeginExec(ctx, fsstore.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
-		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head,
+		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
 	})
 	if err != nil || !started {
 		return rec, err
@@ -259,11 +270,16 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 		return r.fail(e, err)
 	}
 	defer os.Remove(dir)
-	m, err := fusefs.Open(dir, fusefs.Options{
+	opt := fusefs.Options{
 		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
 		Info:     fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 		SpoolDir: filepath.Join(r.Dir, "spool"),
-	})
+	}
+	var homeKept string
+	if r.Remote != nil {
+		opt.Deliver = r.deliverer(e, &homeKept)
+	}
+	m, err := fusefs.Open(dir, opt)
 	if err != nil {
 		return r.fail(e, fmt.Errorf("mount workspace: %w", err))
 	}
@@ -293,8 +309,16 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 		if r.Metrics != nil {
 			r.Metrics.Committed(rev)
 		}
+	case errors.Is(commitErr, fusefs.ErrKeepDraft):
+		// An executor whose home is away: the draft holds the changes
+		// until the pending-push loop delivers them.
+		e.Draft, _, _ = m.Status()
+		e.Error = commitErr.Error()
 	case errors.As(commitErr, &conflict):
 		e.KeptAs = conflict.Name
+		if homeKept != "" {
+			e.KeptAs = homeKept
+		}
 		if errors.As(commitErr, &storeConflict) {
 			e.Conflict = storeConflict.Paths
 		}
@@ -329,6 +353,9 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, errKilled) {
 		e.Error = joinErr(e.Error, "killed on request")
+	}
+	if e.Draft != 0 {
+		e.State, e.PendingState = fsstore.ExecPending, e.State
 	}
 	if err := r.Store.UpdateExec(cctx, e); err != nil {
 		r.Log.Error("journal", "id", e.ID, "err", err)
@@ -411,6 +438,9 @@ func (r *Runner) Shutdown(ctx context.Context) {
 	r.mu.Lock()
 	r.closing = true
 	r.mu.Unlock()
+	if r.stopBg != nil {
+		r.stopBg()
+	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {

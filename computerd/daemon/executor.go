@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	"computerd/agentctl/client"
+	"computerd/computerd/runner"
+	"computerd/fsstore"
+	"computerd/syncproto"
+)
+
+// executor is what a daemon started with --home needs: the home's
+// protocol parameters, a proxy for the API calls it does not serve, and a
+// token check that asks the home.
+type executor struct {
+	home  *url.URL
+	token string
+	hello syncproto.Hello
+	sync  *syncproto.Client
+	proxy http.Handler
+	store *fsstore.Store
+
+	mu    sync.Mutex
+	known map[[32]byte]knownToken
+}
+
+type knownToken struct {
+	tenant string
+	until  time.Time
+}
+
+// newExecutor checks the home and sets the store's chunk size to the home's
+// (chunk hashes must agree); the store is not open yet.
+func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor, error) {
+	u, err := url.Parse(cfg.Home)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("--home %q: want a URL such as http://home:7777", cfg.Home)
+	}
+	if cfg.HomeToken == "" {
+		return nil, errors.New("--home needs --token (a token of the tenant this executor serves)")
+	}
+	x := &executor{home: u, token: cfg.HomeToken, store: st, known: map[[32]byte]knownToken{},
+		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken}}
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if x.hello, err = x.sync.Hello(hctx); err != nil {
+		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
+	}
+	st.ChunkSize = int(x.hello.ChunkSize)
+	x.proxy = httputil.NewSingleHostReverseProxy(u)
+	return x, nil
+}
+
+// check refuses a store made with another chunk size than the home's.
+func (x *executor) check(st *fsstore.Store) error {
+	if st.ChunkSizeBytes() != x.hello.ChunkSize {
+		return fmt.Errorf("this data dir uses %d-byte chunks, the home %d: use a fresh data dir for the executor", st.ChunkSizeBytes(), x.hello.ChunkSize)
+	}
+	return nil
+}
+
+// runner is the runner's Remote: mirrors in the local store, pushes home.
+func (x *executor) runner() *runner.Remote {
+	return &runner.Remote{
+		Mirror: &syncproto.Mirror{Client: x.sync, Store: x.store, Tenant: x.hello.Tenant},
+		Home:   client.New(x.home.String(), x.token),
+	}
+}
+
+// authenticate accepts a token the home accepts for the tenant this
+// executor serves (answers are cached for a minute).
+func (x *executor) authenticate(ctx context.Context, secret string) (string, error) {
+	key := sha256.Sum256([]byte(secret))
+	x.mu.Lock()
+	k, ok := x.known[key]
+	x.mu.Unlock()
+	if ok && time.Now().Before(k.until) {
+		return k.tenant, nil
+	}
+	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret}).Hello(ctx)
+	var re *syncproto.RemoteError
+	if errors.As(err, &re) && re.Status == http.StatusUnauthorized {
+		return "", fsstore.ErrBadToken
+	}
+	if err != nil {
+		return "", fmt.Errorf("check token with the home: %w", err)
+	}
+	if h.Tenant != x.hello.Tenant {
+		return "", fmt.Errorf("this executor serves tenant %q, the token is %q's: %w", x.hello.Tenant, h.Tenant, fsstore.ErrBadToken)
+	}
+	x.mu.Lock()
+	x.known[key] = knownToken{tenant: h.Tenant, until: time.Now().Add(time.Minute)}
+	x.mu.Unlock()
+	return h.Tenant, nil
+}
