@@ -40,7 +40,10 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
+	"computerd/agentctl/client"
+	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
+	"computerd/computerd/wire"
 )
 
 func init() {
@@ -193,6 +196,64 @@ func runExec(ctx context.Context, env *Env) error {
 	env.Emit(Result{Name: "exec/concurrent20_wall", Value: ms(best), Unit: "ms",
 		Note: fmt.Sprintf("%d concurrent Runs of true, best of %d; ref is %d sequential p50s", concurrentRuns, concurrentReps, concurrentRuns)}.
 		withRef("run_true_p50_x20_ms", ms(runP50)*concurrentRuns).check(Bar{}))
+	return execThroughAPI(ctx, env, bare)
+}
+
+// execThroughAPI measures request to exit of `true` through a daemon's
+// HTTP API (journal, FUSE workspace, container, commit check, event
+// stream), alternating with bare libcontainer runs for the same-run reference.
+func execThroughAPI(ctx context.Context, env *Env, bare *bareRunner) error {
+	d, err := daemon.Start(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "api"), Listen: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	token, _, err := d.Store.CreateToken(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	cl := client.New(d.URL(), token)
+	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
+		return err
+	}
+	var apiLat, bareLat, firstLat []time.Duration
+	err = env.phase(ctx, "api_exec_true", func(ctx context.Context) error {
+		for i := range execWarmup + execRuns {
+			b, err := bare.run(10000 + i)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			var first time.Duration
+			rec, err := cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"echo", "x"}}, func(ev wire.ExecEvent) error {
+				if first == 0 && ev.Type == "output" {
+					first = time.Since(start)
+				}
+				return nil
+			})
+			a := time.Since(start)
+			if err == nil && rec.ExitCode != 0 {
+				err = fmt.Errorf("echo exited %d", rec.ExitCode)
+			}
+			if err != nil {
+				return err
+			}
+			if i >= execWarmup {
+				apiLat, bareLat, firstLat = append(apiLat, a), append(bareLat, b), append(firstLat, first)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	p50, ref := percentile(apiLat, 50), percentile(bareLat, 50)
+	env.Emit(Result{Name: "exec/api_true_p50", Value: ms(p50), Unit: "ms",
+		Note: fmt.Sprintf("agentctl's client: POST exec of `echo x` to exit event through the HTTP API, %d runs; p99 %.1f ms", len(apiLat), ms(percentile(apiLat, 99)))}.
+		withRef("bare_true_p50_ms", ms(ref)).check(barRunRatio))
+	env.Emit(Result{Name: "exec/api_true_p50_ms", Value: ms(p50), Unit: "ms"}.check(barRunP50))
+	env.Emit(Result{Name: "exec/api_first_byte_p50", Value: ms(percentile(firstLat, 50)), Unit: "ms",
+		Note: "request to the first output event through the API"}.withRef("bare_true_p50_ms", ms(ref)).check(Bar{}))
 	return nil
 }
 

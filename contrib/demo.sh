@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job end to end: start computerd on a fresh data dir, create a
-# workspace, attach a small project, change it through the file tools, and
-# show the log and the diff. Run through `make demo`.
+# workspace, attach a small project, change it through the file tools, run
+# a command in a sandbox (streamed output, its writes as one revision), and
+# show the journal, the log and the diff. Run through `make demo` (as root:
+# containers and FUSE).
 set -euo pipefail
 BIN=${BIN:-bin}
 DEMO=${DEMO:-.demo}
@@ -23,6 +25,8 @@ run attach demo "$DEMO/src"
 echo 'hello from agentctl' | run write demo notes/todo.txt
 run edit demo pkg/hello.go --old '"hello"' --new '"hello, world"'
 run grep -n demo hello
+run exec demo -- sh -c 'for i in 1 2 3; do echo "step $i: $(ls pkg)"; sleep 0.3; done; go version 2>/dev/null || true; echo built > pkg/BUILD_OK'
+run execs demo
 run ls -R demo
 run log demo
 run diff demo 2

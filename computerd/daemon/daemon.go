@@ -75,11 +75,17 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	// Mounts and containers need absolute paths; the directory can move
+	// under a relative one if the working directory changes.
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	cfg.DataDir = abs
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	d := &Daemon{cfg: cfg, Metrics: metrics.New(), served: make(chan error, 2)}
-	var err error
 	if d.lock, err = lockDir(cfg.DataDir); err != nil {
 		return nil, err
 	}

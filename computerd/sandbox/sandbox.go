@@ -451,6 +451,11 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 			return nil, fmt.Errorf("%w: NUL byte in argv", ErrInvalidSpec)
 		}
 	}
+	for _, dir := range []string{spec.WorkspaceDir, spec.Rootfs} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("%w: %q is not an absolute path", ErrInvalidSpec, dir)
+		}
+	}
 	env, err := mergeEnv(DefaultEnv, spec.Env)
 	if err != nil {
 		return nil, err

@@ -523,6 +523,7 @@ func TestInvalidSpecs(t *testing.T) {
 	}{
 		{"no argv", sandbox.Spec{}, sandbox.ErrInvalidSpec},
 		{"bad id", sandbox.Spec{ID: "a/b", Argv: []string{"true"}}, sandbox.ErrInvalidSpec},
+		{"relative workspace", sandbox.Spec{Argv: []string{"true"}, WorkspaceDir: "rel/dir"}, sandbox.ErrInvalidSpec},
 		{"cwd escapes", sandbox.Spec{Cwd: "../etc", Argv: []string{"true"}}, sandbox.ErrInvalidSpec},
 		{"cwd absolute outside", sandbox.Spec{Cwd: "/etc", Argv: []string{"true"}}, sandbox.ErrInvalidSpec},
 		{"bad env", sandbox.Spec{Env: []string{"NOEQUALS"}, Argv: []string{"true"}}, sandbox.ErrInvalidSpec},
