@@ -10,7 +10,6 @@ import (
 	"time"
 
 	agentcmd "computerd/agentctl/command"
-	"computerd/computerd/daemon"
 	"computerd/fsstore"
 )
 
@@ -26,15 +25,11 @@ func runAPI(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	d, err := daemon.Start(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "api"), Listen: "127.0.0.1:0"})
+	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "api"), true)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	token, _, err := d.Store.CreateToken(ctx, "bench")
-	if err != nil {
-		return err
-	}
 	agentctl := func(ctx context.Context, out io.Writer, args ...string) error {
 		full := append([]string{"agentctl", "--server", d.URL(), "--token", token}, args...)
 		var errb strings.Builder

@@ -41,7 +41,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/agentctl/client"
-	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
 	"computerd/computerd/wire"
 )
@@ -203,15 +202,11 @@ func runExec(ctx context.Context, env *Env) error {
 // HTTP API (journal, FUSE workspace, container, commit check, event
 // stream), alternating with bare libcontainer runs for the same-run reference.
 func execThroughAPI(ctx context.Context, env *Env, bare *bareRunner) error {
-	d, err := daemon.Start(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "api"), Listen: "127.0.0.1:0"})
+	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "api"), false)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	token, _, err := d.Store.CreateToken(ctx, "bench")
-	if err != nil {
-		return err
-	}
 	cl := client.New(d.URL(), token)
 	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"computerd/computerd/daemon"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -95,15 +94,11 @@ func runSync(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	d, err := daemon.Start(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "home"), Listen: "127.0.0.1:0", NoExec: true})
+	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "home"), true)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	token, _, err := d.Store.CreateToken(ctx, "bench")
-	if err != nil {
-		return err
-	}
 	w, err := d.Store.CreateWorkspace(ctx, "bench", "src")
 	if err != nil {
 		return err

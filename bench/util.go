@@ -13,6 +13,8 @@ import (
 	"runtime/pprof"
 	"slices"
 	"time"
+
+	"computerd/computerd/daemon"
 )
 
 // errTimeout is the cause of a phase's cancellation when it overruns Env.Timeout.
@@ -163,4 +165,19 @@ func countOver(ds []time.Duration, d time.Duration) int {
 		}
 	}
 	return n
+}
+
+// startDaemon starts an in-process computerd on a random port with its data
+// under dir, and returns it with a token of tenant "bench".
+func startDaemon(ctx context.Context, dir string, noExec bool) (*daemon.Daemon, string, error) {
+	d, err := daemon.Start(ctx, daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", NoExec: noExec})
+	if err != nil {
+		return nil, "", err
+	}
+	token, _, err := d.Store.CreateToken(ctx, "bench")
+	if err != nil {
+		d.Close()
+		return nil, "", err
+	}
+	return d, token, nil
 }

@@ -103,6 +103,9 @@ func TestFileTools(t *testing.T) {
 	if got := e.ok("grep", "w", "Hello", "src/util"); got != "src/util/util.go:// Hello says hello.\nsrc/util/util.go:func Hello() string { return \"hello\" }\n" {
 		t.Fatalf("grep in path: %q", got)
 	}
+	if got := e.ok("grep", "w", "^func", "--glob", "*.go"); got != "src/main.go:func main() {\nsrc/util/util.go:func Hello() string { return \"hello\" }\n" {
+		t.Fatalf("grep ^func: %q", got)
+	}
 	if _, _, err := e.run(nil, "grep", "w", "nowhere"); err == nil || err.Error() != "exit status 1" {
 		t.Fatalf("grep without a match: %v, want exit status 1", err)
 	}

@@ -114,6 +114,7 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 // grepOptions are a grep request's parameters.
 type grepOptions struct {
 	re      *regexp.Regexp
+	fileRe  *regexp.Regexp // re for a whole file (^ and $ at every line); nil: no whole-file test
 	context int
 	max     int // stop after this many matches (0: no limit)
 }
@@ -144,6 +145,9 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	opt := grepOptions{re: re, context: int(min(ctxLines, 1000)), max: int(maxMatches)}
+	if !strings.Contains(expr, `\A`) && !strings.Contains(expr, `\z`) {
+		opt.fileRe, _ = regexp.Compile("(?m)" + expr)
+	}
 	match, err := globFilter(r, "glob")
 	if err != nil {
 		return err
@@ -163,9 +167,23 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	bw := bufio.NewWriterSize(w, 32<<10)
 	enc := json.NewEncoder(bw)
 	found := 0
+	var buf bytes.Buffer
 	err = sn.ReadTree(r.Context(), root, func(p string, st fsstore.Stat, body io.Reader) error {
 		if body == nil || !match(relTo(root, p)) {
 			return nil
+		}
+		if st.Size <= wholeFileGrep && opt.fileRe != nil {
+			// Most files do not match: one pass of the regexp over the
+			// whole file settles that, without splitting it into lines.
+			buf.Reset()
+			if _, err := buf.ReadFrom(body); err != nil {
+				return err
+			}
+			data := buf.Bytes()
+			if bytes.IndexByte(data[:min(len(data), 8<<10)], 0) >= 0 || !opt.fileRe.Match(data) {
+				return nil
+			}
+			body = bytes.NewReader(data)
 		}
 		n, err := grepFile(p, body, opt, opt.max-found, enc)
 		found += n
@@ -184,6 +202,10 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 }
 
 var errStop = errors.New("stop")
+
+// wholeFileGrep is the largest file grep reads whole to test it at once;
+// larger files are scanned line by line, streaming.
+const wholeFileGrep = 4 << 20
 
 // grepFile writes the matches of one file; it returns how many it found.
 // budget <= 0 means no limit.

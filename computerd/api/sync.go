@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"computerd/fsstore"
 	"computerd/syncproto"
 )
 
@@ -53,29 +54,27 @@ func (s *Server) observeSync(op string, start time.Time) {
 }
 
 func (s *Server) syncPull(w http.ResponseWriter, r *http.Request) error {
-	defer s.observeSync("pull", time.Now())
-	if err := versionError(r); err != nil {
-		return err
-	}
 	var req syncproto.PullRequest
-	if err := s.readJSON(w, r, &req); err != nil {
-		return err
-	}
-	ws, err := s.workspace(r)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/x-computerd-sync")
-	return s.syncHome().Pull(r.Context(), w, ws, req)
+	return syncStream(s, w, r, "pull", &req, func(ws fsstore.Workspace) error {
+		return s.syncHome().Pull(r.Context(), w, ws, req)
+	})
 }
 
 func (s *Server) syncFetch(w http.ResponseWriter, r *http.Request) error {
-	defer s.observeSync("fetch", time.Now())
+	var req syncproto.FetchRequest
+	return syncStream(s, w, r, "fetch", &req, func(ws fsstore.Workspace) error {
+		return s.syncHome().Fetch(r.Context(), w, ws, req)
+	})
+}
+
+// syncStream answers a sync call that takes a JSON request and streams
+// frames: version check, request body into req, workspace, then serve.
+func syncStream(s *Server, w http.ResponseWriter, r *http.Request, op string, req any, serve func(fsstore.Workspace) error) error {
+	defer s.observeSync(op, time.Now())
 	if err := versionError(r); err != nil {
 		return err
 	}
-	var req syncproto.FetchRequest
-	if err := s.readJSON(w, r, &req); err != nil {
+	if err := s.readJSON(w, r, req); err != nil {
 		return err
 	}
 	ws, err := s.workspace(r)
@@ -83,7 +82,7 @@ func (s *Server) syncFetch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/x-computerd-sync")
-	return s.syncHome().Fetch(r.Context(), w, ws, req)
+	return serve(ws)
 }
 
 func (s *Server) syncPush(w http.ResponseWriter, r *http.Request) error {
