@@ -235,8 +235,16 @@ func seccompAgent(fd int) {
 	// Stay on this thread and let it die with the goroutine: capabilities
 	// are per thread, and libcontainer drops them only on its own.
 	runtime.LockOSThread()
+	// Wait through the runtime's poller, not in a blocking read: the init
+	// may run with GOMAXPROCS=1 (its CPU limit), and a goroutine blocked in
+	// a raw syscall holds the only P until sysmon takes it back (up to
+	// 10 ms), which stalls libcontainer's setup in the same process.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "seccomp")
 	buf := make([]byte, len(seccompMagic)+1)
-	n, err := unix.Read(fd, buf)
+	n, err := f.Read(buf)
 	if err != nil || string(buf[:n]) != seccompMagic {
 		return
 	}
@@ -247,5 +255,6 @@ func seccompAgent(fd int) {
 			reply = reply[:maxSeccompMsg]
 		}
 	}
-	_, _ = unix.Write(fd, []byte(reply))
+	_, _ = f.Write([]byte(reply))
+	runtime.KeepAlive(f)
 }
