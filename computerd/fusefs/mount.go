@@ -1045,6 +1045,14 @@ func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
 			continue
 		}
 		r := Recovered{Draft: d}
+		if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
+			if rev, err := st.ExecRevision(ctx, d.Origin, id); err == nil && rev > 0 {
+				// Its changes were committed; only the draft's removal was cut short.
+				r.Err = st.DeleteWorkspace(ctx, d.ID)
+				out = append(out, r)
+				continue
+			}
+		}
 		cs, err := st.Diff(ctx, d.ID, 1, d.Head)
 		if err == nil && len(cs.Ops) > 0 {
 			info := fsstore.CommitInfo{Source: fsstore.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,

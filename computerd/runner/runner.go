@@ -230,8 +230,11 @@ func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
 	go func() {
 		defer r.wg.Done()
 		defer cancel(nil)
-		final := r.execute(rctx, rec, req, timeout, out)
-		out.finish(final)
+		final, cleanup := r.execute(rctx, rec, req, timeout, out)
+		out.finish(final) // the answer goes out before the mount is taken down
+		if cleanup != nil {
+			cleanup()
+		}
 		r.mu.Lock()
 		delete(r.running, rec.ID)
 		r.mu.Unlock()
@@ -262,14 +265,14 @@ func (r *Runner) observe(e fsstore.Exec) {
 	}
 }
 
-// execute runs one exec to its end and returns its final record.
-func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeout time.Duration, out *outputLog) fsstore.Exec {
+// execute runs one exec to its end and returns its final record, and
+// what is left to clean up once the caller has sent it (the mount).
+func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeout time.Duration, out *outputLog) (fsstore.Exec, func()) {
 	begin := time.Now()
 	dir := r.mountPath(e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return r.fail(e, err)
+		return r.fail(e, err), nil
 	}
-	defer os.Remove(dir)
 	opt := fusefs.Options{
 		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
 		Info:     fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
@@ -281,7 +284,8 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	}
 	m, err := fusefs.Open(dir, opt)
 	if err != nil {
-		return r.fail(e, fmt.Errorf("mount workspace: %w", err))
+		os.Remove(dir)
+		return r.fail(e, fmt.Errorf("mount workspace: %w", err)), nil
 	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -325,8 +329,13 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	case commitErr != nil:
 		e.Error = "commit: " + commitErr.Error()
 	}
-	if err := m.Unmount(cctx); err != nil && commitErr == nil {
-		r.Log.Warn("unmount", "id", e.ID, "err", err)
+	cleanup := func() {
+		// After a failed delivery this commit fails the same way and the
+		// draft stays; otherwise there is nothing left to commit.
+		if err := m.Unmount(cctx); err != nil && commitErr == nil {
+			r.Log.Warn("unmount", "id", e.ID, "err", err)
+		}
+		os.Remove(dir)
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
@@ -361,7 +370,7 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 		r.Log.Error("journal", "id", e.ID, "err", err)
 	}
 	r.observe(e)
-	return e
+	return e, cleanup
 }
 
 func joinErr(a, b string) string {
