@@ -12,7 +12,7 @@ test:
 	$(GO) test -count=1 -timeout 20m ./...
 
 bench:
-	$(GO) run ./bench -suite store -json
+	$(GO) run ./bench -suite all -json
 
 # demo: start computerd on a fresh data dir and drive a workspace with agentctl.
 demo: build
