@@ -1,13 +1,16 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build test bench demo clean
+.PHONY: build test bench demo clean deps
 
 build:
 	$(GO) build -o $(BIN)/computerd ./computerd
 	$(GO) build -o $(BIN)/agentctl ./agentctl
 
-test:
+deps:
+	./contrib/deps.sh
+
+test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 
@@ -15,7 +18,7 @@ bench:
 	$(GO) run ./bench -suite all -json
 
 # demo: start computerd on a fresh data dir and drive a workspace with agentctl.
-demo: build
+demo: deps build
 	./contrib/demo.sh
 
 clean:

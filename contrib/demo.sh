@@ -17,7 +17,14 @@ SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 export COMPUTER_URL="http://127.0.0.1:$PORT"
 export COMPUTER_TOKEN=$("$BIN/computerd" token create --data "$DEMO/data" demo)
-for _ in $(seq 50); do curl -fs -o /dev/null "http://127.0.0.1:$((PORT + 1))/metrics" && break; sleep 0.1; done
+# metrics GETs a page of the metrics listener (bash's /dev/tcp: no curl needed).
+metrics() {
+	exec 3<>"/dev/tcp/127.0.0.1/$((PORT + 1))" || return 1
+	printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+	cat <&3
+	exec 3<&-
+}
+for _ in $(seq 50); do metrics >/dev/null 2>&1 && break; sleep 0.1; done
 
 run() { echo "\$ agentctl $*"; "$BIN/agentctl" "$@"; echo; }
 run ws create demo
@@ -31,5 +38,5 @@ run ls -R demo
 run log demo
 run diff demo 2
 run diff --stat demo 2
-echo "\$ curl metrics | grep computerd_revisions"
-curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep '^computerd_revisions'
+echo "\$ curl 127.0.0.1:$((PORT + 1))/metrics | grep -E '^computerd_(revisions|execs)'"
+metrics | grep -E '^computerd_(revisions|execs)'
