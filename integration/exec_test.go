@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -87,8 +88,21 @@ func TestExecBasics(t *testing.T) {
 	if _, _, code := e.exec("w", "--shell", "touch /usr/computerd-test"); code == 0 {
 		t.Fatal("/usr is writable in the sandbox")
 	}
-	if _, _, code := e.exec("w", "--", "python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)"); code == 0 {
-		t.Fatal("the sandbox reached the network")
+	// No network: neither the internet nor a listener on the host's own
+	// address (exit 7 means the connection failed; anything else is wrong).
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	target := "1.1.1.1:53"
+	if ip := hostIP(); ip != "" {
+		target = net.JoinHostPort(ip, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	}
+	host, port, _ := net.SplitHostPort(target)
+	script := fmt.Sprintf("import socket, sys\ntry:\n    socket.create_connection((%q, %s), timeout=3)\nexcept OSError:\n    sys.exit(7)\n", host, port)
+	if _, _, code := e.exec("w", "--", "python3", "-c", script); code != 7 {
+		t.Fatalf("network probe to %s: status %d, want 7 (connection refused inside the sandbox)", target, code)
 	}
 	// The journal lists them all.
 	var list []fsstore.Exec
@@ -135,6 +149,17 @@ func TestExecKill(t *testing.T) {
 		t.Fatal("a killed exec's writes were not committed")
 	}
 	e.fails("w", "not running", "kill", "w", id)
+}
+
+// hostIP returns a non-loopback IPv4 address of this host, or "".
+func hostIP() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
 }
 
 func (e *env) runExecStdin(stdin string, args ...string) (string, string, int) {
