@@ -232,14 +232,14 @@ func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
 		defer cancel(nil)
 		final, cleanup := r.execute(rctx, rec, req, timeout, out)
 		out.finish(final) // the answer goes out before the mount is taken down
-		if cleanup != nil {
-			cleanup()
-		}
 		r.mu.Lock()
 		delete(r.running, rec.ID)
 		r.mu.Unlock()
 		if r.Metrics != nil {
 			r.Metrics.ExecsRunning.Dec()
+		}
+		if cleanup != nil {
+			cleanup()
 		}
 	}()
 	return rec, nil
