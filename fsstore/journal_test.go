@@ -67,3 +67,30 @@ func TestJournal(t *testing.T) {
 		t.Fatalf("update of a missing exec: %v", err)
 	}
 }
+
+// Reads after Close fail with ErrClosed, not a raw database error.
+func TestReadsAfterClose(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	w, err := s.CreateWorkspace(ctx, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := sn.Stat(ctx, "f"); !errors.Is(err, fsstore.ErrClosed) {
+		t.Fatalf("Stat after Close: %v", err)
+	}
+	if _, err := sn.ReadFile(ctx, "f"); !errors.Is(err, fsstore.ErrClosed) {
+		t.Fatalf("ReadFile after Close: %v", err)
+	}
+	if _, err := s.Snapshot(ctx, w.ID, fsstore.Head); !errors.Is(err, fsstore.ErrClosed) {
+		t.Fatalf("Snapshot after Close: %v", err)
+	}
+}

@@ -23,6 +23,9 @@ type Snapshot struct {
 
 // Snapshot opens workspace ws at revision rev (Head for the newest).
 func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, error) {
+	if s.shut.Load() {
+		return nil, ErrClosed
+	}
 	gen := s.pruned.Load()
 	w, err := s.WorkspaceByID(ctx, ws)
 	if err != nil {
@@ -50,6 +53,9 @@ func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, e
 // then lack rows, and settle returns ErrUnknownRevision (ErrWorkspaceNotFound)
 // instead. It costs a query only after a prune.
 func (sn *Snapshot) settle(ctx context.Context, err error) error {
+	if err != nil && sn.s.shut.Load() {
+		return fmt.Errorf("%w (%v)", ErrClosed, err)
+	}
 	g := sn.s.pruned.Load()
 	if g == sn.gen.Load() {
 		return err

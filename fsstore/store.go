@@ -67,6 +67,7 @@ type Store struct {
 	wmu    sync.Mutex          // the single writer
 	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
 	closed bool                // guarded by wmu
+	shut   atomic.Bool         // closed, for readers (which do not take wmu)
 
 	wsmu    sync.Mutex
 	wsCache map[int64]*wsInfo // immutable parts of workspaces
@@ -175,6 +176,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.shut.Store(true)
 	return s.closeDBs()
 }
 
