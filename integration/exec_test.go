@@ -113,6 +113,10 @@ func TestExecBasics(t *testing.T) {
 		t.Fatalf("first exec's record: %+v", list[len(list)-1])
 	}
 	e.fails("w", "usage: agentctl exec", "exec", "w", "--shell", "")
+	// A command that is not there fails like a shell's: 127, state failed.
+	if _, errs, code := e.exec("w", "--", "no-such-command"); code != 127 || !strings.Contains(errs, "no-such-command") {
+		t.Fatalf("missing command: status %d, stderr %q", code, errs)
+	}
 	e.fails("w", "invalid path", "exec", "w", "--cwd", "../..", "--", "true")
 }
 

@@ -340,8 +340,12 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
 	switch {
-	case runErr != nil && res.ID == "":
+	case errors.Is(runErr, sandbox.ErrStart), errors.Is(runErr, sandbox.ErrInvalidSpec):
+		// The command never ran (not found, bad cwd, ...): like a shell, 127.
 		e.State, e.Error = fsstore.ExecFailed, joinErr(e.Error, runErr.Error())
+	case runErr != nil:
+		e.Error = joinErr(e.Error, runErr.Error())
+		e.State = fsstore.ExecKilled
 	case res.TimedOut:
 		e.State, e.TimedOut = fsstore.ExecTimeout, true
 	case res.Signal != 0:
