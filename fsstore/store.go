@@ -103,15 +103,19 @@ func (s *Store) Open(ctx context.Context) error {
 	if s.SyncFull {
 		sync = "FULL"
 	}
-	dsn := func(extra string) string {
+	// Page caches: 64 MiB for the writer (b-tree pages of big imports), 16
+	// MiB for each reader (reads stream chunks once). With the default four
+	// readers that bounds SQLite's caches at 128 MiB of the daemon's RSS.
+	dsn := func(cacheKiB int, extra string) string {
 		return "file:" + dbPath + "?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)" +
-			"&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)" + extra
+			"&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)" +
+			fmt.Sprintf("&_pragma=cache_size(-%d)", cacheKiB) + extra
 	}
 	if err := initFile(ctx, dbPath); err != nil {
 		return err
 	}
 	var err error
-	if s.wdb, err = sql.Open("sqlite", dsn("")); err != nil {
+	if s.wdb, err = sql.Open("sqlite", dsn(64<<10, "")); err != nil {
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -133,7 +137,7 @@ func (s *Store) Open(ctx context.Context) error {
 		s.closeDBs()
 		return err
 	}
-	if s.rdb, err = sql.Open("sqlite", dsn("&_pragma=query_only(1)")); err != nil {
+	if s.rdb, err = sql.Open("sqlite", dsn(16<<10, "&_pragma=query_only(1)")); err != nil {
 		s.closeDBs()
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
