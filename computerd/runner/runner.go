@@ -127,12 +127,13 @@ func (r *Runner) Recover(ctx context.Context) error {
 		os.Remove(dir)
 	}
 	var recovered []fusefs.Recovered
+	bg, stop := context.WithCancel(context.Background())
+	r.stopBg = stop
+	go r.pruneLoop(bg)
 	if r.Remote != nil {
 		if err := r.recoverRemote(ctx); err != nil {
 			return fmt.Errorf("recover drafts: %w", err)
 		}
-		bg, stop := context.WithCancel(context.Background())
-		r.stopBg = stop
 		go r.pushPending(bg)
 	} else if recovered, err = fusefs.Recover(ctx, r.Store); err != nil {
 		return fmt.Errorf("recover drafts: %w", err)
@@ -163,6 +164,20 @@ func (r *Runner) Recover(ctx context.Context) error {
 	}
 	r.pruneOutput()
 	return nil
+}
+
+// pruneLoop prunes output logs every ten minutes until ctx ends.
+func (r *Runner) pruneLoop(ctx context.Context) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.pruneOutput()
+		}
+	}
 }
 
 // pruneOutput removes output logs older than OutputRetention.
