@@ -397,3 +397,30 @@ func TestExecCrashRecovery(t *testing.T) {
 		t.Fatalf("interrupted revision: %+v", revs[0])
 	}
 }
+
+// A client that goes away does not end the command: it runs to its end and
+// its result and writes are recorded.
+func TestExecClientDisconnects(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cl := client.New(e.d.URL(), e.token)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo finished > f.txt"}}, nil)
+	if err == nil {
+		t.Fatal("the client's deadline did not cut the stream")
+	}
+	eventually(t, "the exec finishes without its client", func() bool {
+		list, _ := cl.Execs(context.Background(), "w", 0)
+		return len(list) == 1 && list[0].State == fsstore.ExecExited && list[0].Rev > 0
+	})
+	if got := e.tree("w")["f.txt"]; got != "finished\n" {
+		t.Fatalf("f.txt = %q", got)
+	}
+	// Its events can be read again afterwards.
+	list, _ := cl.Execs(context.Background(), "w", 0)
+	if out := e.ok("exec-log", "w", list[0].ID); out != "" {
+		t.Fatalf("exec-log printed %q for a silent command", out)
+	}
+}
