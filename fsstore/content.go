@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -99,6 +100,29 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 			return nil, err
 		}
 	}
+}
+
+// PutChunk adds one chunk whose SHA-256 the caller has already checked
+// (sync's decoder verifies every chunk against its hash), so it is not
+// hashed again. Its bytes are copied; an all-zero chunk is a hole and is
+// not stored.
+func (u *Uploader) PutChunk(ctx context.Context, h Hash, data []byte) error {
+	if len(data) > int(u.s.chunkSize) {
+		return fmt.Errorf("chunk of %d bytes over the store's chunk size %d: %w", len(data), u.s.chunkSize, ErrInvalidArgument)
+	}
+	if len(data) == 0 || allZero(data) {
+		return nil
+	}
+	buf := u.room()
+	n := copy(buf, data)
+	u.arena = u.arena[:len(u.arena)+n]
+	c := &Content{Size: int64(n), Chunks: []ChunkRef{{Index: 0, Hash: h, Len: n}}}
+	u.pending = append(u.pending, pendingChunk{h, buf[:n:n], c, 0})
+	u.size += n
+	if u.size >= uploadBatch {
+		return u.start(ctx)
+	}
+	return nil
 }
 
 // start hands the pending chunks to a goroutine that writes them, once the

@@ -381,18 +381,10 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 	return PushResult{Revision: rev}, nil
 }
 
-// storeChunk stores one received chunk, checking that the store's own
-// chunking gives the same hash (both sides use the same chunk size).
+// storeChunk stores one received chunk; the decoder has checked its hash.
 func storeChunk(ctx context.Context, up *fsstore.Uploader, hash fsstore.Hash, data []byte) error {
-	c, err := up.Put(ctx, bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	if len(c.Chunks) == 0 && allZero(data) {
-		return nil // a hole: nothing to store
-	}
-	if len(c.Chunks) != 1 || c.Chunks[0].Hash != hash {
-		return fmt.Errorf("%w: chunk %s does not fit this store's chunk size", ErrMalformed, hash)
+	if err := up.PutChunk(ctx, hash, data); err != nil {
+		return fmt.Errorf("%w: chunk %s: %w", ErrMalformed, hash, err)
 	}
 	return nil
 }
