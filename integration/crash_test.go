@@ -18,6 +18,8 @@ import (
 	"computerd/agentctl/client"
 	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/sandbox"
+	"computerd/computerd/wire"
+	"computerd/fsstore"
 )
 
 // TestMain lets the test binary play a computerd process: with
@@ -194,4 +196,58 @@ func tokenFor(t *testing.T, dir, tenant string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(out.String())
+}
+
+// SIGTERM waits for work in flight; a second SIGTERM ends the process at
+// once; the next start recovers (the running exec is interrupted, nothing
+// acknowledged is lost).
+func TestSecondSignalAborts(t *testing.T) {
+	needExec(t)
+	dir := t.TempDir()
+	token := tokenFor(t, dir, "alice")
+	c := startChild(t, dir)
+	cl := client.New(c.url, token)
+	if _, err := cl.CreateWorkspace(context.Background(), "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Write(context.Background(), "w", "kept.txt", strings.NewReader("acknowledged\n"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo up; sleep 1012"}}, func(ev wire.ExecEvent) error {
+		if strings.Contains(ev.Data, "up") {
+			close(started)
+		}
+		return nil
+	})
+	<-started
+	exited := make(chan error, 1)
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	go func() { exited <- c.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("computerd exited (%v) on the first SIGTERM while an exec was running", err)
+	case <-time.After(time.Second):
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatal("the second SIGTERM ended computerd with status 0; want the signal's default action")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second SIGTERM did not end computerd")
+	}
+	c2 := startChild(t, dir)
+	cl2 := client.New(c2.url, token)
+	if got, _ := readAll(cl2, "w", "kept.txt"); got != "acknowledged\n" {
+		t.Fatalf("kept.txt after the abort: %q", got)
+	}
+	list, err := cl2.Execs(context.Background(), "w", 0)
+	if err != nil || len(list) != 1 || list[0].State != fsstore.ExecInterrupted {
+		t.Fatalf("exec after the abort: %+v %v", list, err)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 1012").Output(); len(out) > 0 {
+		t.Fatalf("the container outlived the aborted computerd: %s", out)
+	}
 }
