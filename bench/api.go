@@ -17,7 +17,7 @@ func init() {
 	register(Suite{Name: "api", Doc: "computerd API through agentctl: attach, export, grep of the source tree", Run: runAPI})
 }
 
-// barAttach is the bar: attach of the Go source tree end to end under 3 s.
+// barAttach: attach of the Go source tree end to end under 3 s.
 var barAttach = Bar{On: "value", Op: "<", X: 3}
 
 func runAPI(ctx context.Context, env *Env) error {
