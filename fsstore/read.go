@@ -90,6 +90,22 @@ func fileMode(m uint32) fs.FileMode {
 	return fm
 }
 
+// ModeOf converts unix mode bits (file type, permissions, setuid, setgid,
+// sticky) to an fs.FileMode.
+func ModeOf(m uint32) fs.FileMode { return fileMode(m) }
+
+// UnixMode converts an fs.FileMode to unix mode bits: a directory, a
+// symlink, or else a regular file, with its permission and special bits.
+func UnixMode(fm fs.FileMode) uint32 {
+	switch {
+	case fm&fs.ModeDir != 0:
+		return syscall.S_IFDIR | unixPerm(fm)
+	case fm&fs.ModeSymlink != 0:
+		return syscall.S_IFLNK | unixPerm(fm)
+	}
+	return syscall.S_IFREG | unixPerm(fm)
+}
+
 // unixPerm converts the permission bits of an fs.FileMode to unix bits.
 func unixPerm(fm fs.FileMode) uint32 {
 	m := uint32(fm.Perm())

@@ -50,7 +50,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 			}
 			name = path.Base(p)
 		}
-		hdr := &tar.Header{Name: name, Mode: int64(st.Mode.Perm()), Uid: int(st.UID), Gid: int(st.GID),
+		hdr := &tar.Header{Name: name, Mode: int64(fsstore.UnixMode(st.Mode) & 0o7777), Uid: int(st.UID), Gid: int(st.GID),
 			ModTime: st.Mtime, Format: tar.FormatPAX}
 		switch {
 		case st.IsDir():
@@ -60,7 +60,6 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 		default:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 		}
-		hdr.Mode |= specialToTar(st.Mode)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -149,7 +148,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 		p := path.Join(into, name)
 		ensureDirs(p)
-		mode := fs.FileMode(hdr.Mode).Perm() | tarSpecial(hdr.Mode)
+		mode := fsstore.ModeOf(uint32(hdr.Mode) & 0o7777) // tar's mode bits are unix's
 		mtime := hdr.ModTime
 		if mtime.IsZero() {
 			mtime = now
@@ -197,36 +196,6 @@ func tarName(name string) (string, error) {
 		return "", badRequest("attach: bad path %q in archive: %v", name, err)
 	}
 	return p, nil
-}
-
-// tarSpecial maps tar's setuid/setgid/sticky mode bits to fs.FileMode's.
-func tarSpecial(mode int64) fs.FileMode {
-	var m fs.FileMode
-	if mode&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if mode&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if mode&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
-}
-
-// specialToTar maps fs.FileMode's setuid/setgid/sticky bits to tar's.
-func specialToTar(m fs.FileMode) int64 {
-	var mode int64
-	if m&fs.ModeSetuid != 0 {
-		mode |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		mode |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		mode |= 0o1000
-	}
-	return mode
 }
 
 // tarError keeps the body-size limit's error recognisable and calls any

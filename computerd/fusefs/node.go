@@ -60,42 +60,10 @@ func (n *node) isDir() bool { return n.mode&syscall.S_IFMT == syscall.S_IFDIR }
 func (n *node) isReg() bool { return n.mode&syscall.S_IFMT == syscall.S_IFREG }
 
 // unixMode converts a store mode to unix mode bits.
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	switch {
-	case m&fs.ModeDir != 0:
-		u |= syscall.S_IFDIR
-	case m&fs.ModeSymlink != 0:
-		u |= syscall.S_IFLNK
-	default:
-		u |= syscall.S_IFREG
-	}
-	if m&fs.ModeSetuid != 0 {
-		u |= syscall.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		u |= syscall.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= syscall.S_ISVTX
-	}
-	return u
-}
+func unixMode(m fs.FileMode) uint32 { return fsstore.UnixMode(m) }
 
 // permMode converts unix permission bits to a store mode.
-func permMode(u uint32) fs.FileMode {
-	m := fs.FileMode(u & 0o777)
-	if u&syscall.S_ISUID != 0 {
-		m |= fs.ModeSetuid
-	}
-	if u&syscall.S_ISGID != 0 {
-		m |= fs.ModeSetgid
-	}
-	if u&syscall.S_ISVTX != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
-}
+func permMode(u uint32) fs.FileMode { return fsstore.ModeOf(u &^ syscall.S_IFMT) }
 
 func nodeFromStat(st fsstore.Stat) *node {
 	n := &node{ino: st.Ino, mode: unixMode(st.Mode), uid: st.UID, gid: st.GID, nlink: st.Nlink, size: st.Size,
