@@ -57,6 +57,16 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op,
 	if err != nil {
 		return Revision{}, err
 	}
+	rev := t.revision(info)
+	if s.OnCommit != nil {
+		s.OnCommit(ws, rev)
+	}
+	return rev, nil
+}
+
+// revision ends the leases of a committed transaction's chunks and
+// describes the revision it made.
+func (t *wtx) revision(info CommitInfo) Revision {
 	t.endLeases()
 	if info.Source == "" {
 		info.Source = SourceAPI
@@ -64,12 +74,8 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op,
 	if info.Tenant == "" {
 		info.Tenant = t.ws.tenant
 	}
-	rev := Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
+	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
 		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}
-	if s.OnCommit != nil {
-		s.OnCommit(ws, rev)
-	}
-	return rev, nil
 }
 
 func opError(op Op, err error) error {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"syscall"
-	"time"
 )
 
 // Mutations addressed by inode. A FUSE mount knows the kernel's inode
@@ -108,15 +107,7 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 	if err != nil {
 		return Revision{}, err
 	}
-	t.endLeases()
-	if info.Source == "" {
-		info.Source = SourceAPI
-	}
-	if info.Tenant == "" {
-		info.Tenant = t.ws.tenant
-	}
-	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
-		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}, nil
+	return t.revision(info), nil
 }
 
 func (op NodeOp) check() error {
