@@ -567,33 +567,56 @@ func usedBytes(ctx context.Context, path string) (int64, error) {
 // readFS reads every regular file of the tree from the file system.
 func readFS(ctx context.Context, src string, tree treeStats) (time.Duration, error) {
 	t0 := time.Now()
-	var files int
-	var total int64
+	var tally readTally
 	err := walkSrc(ctx, src, func(rel, full string, fi fs.FileInfo) error {
 		if !fi.Mode().IsRegular() {
 			return nil
 		}
 		n, err := readAll(full, io.Discard)
-		files++
-		total += n
+		tally.files++
+		tally.bytes += n
 		return err
 	})
 	d := time.Since(t0)
 	if err != nil {
 		return 0, err
 	}
-	if files != tree.Files || total != tree.Bytes {
-		return 0, fmt.Errorf("fs read %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
+	return d, tally.check("fs read", tree)
+}
+
+// readTally counts what a read-back pass read, to check it against the tree.
+type readTally struct {
+	files int
+	bytes int64
+}
+
+// add counts one file read through r: all of it, exactly its size.
+func (t *readTally) add(p string, r io.Reader, size int64) error {
+	n, err := io.Copy(io.Discard, r) // uses the reader's WriteTo when it has one
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
 	}
-	return d, nil
+	if n != size {
+		return fmt.Errorf("read %s: %d bytes, size %d", p, n, size)
+	}
+	t.files++
+	t.bytes += n
+	return nil
+}
+
+// check compares the totals with the tree's.
+func (t *readTally) check(what string, tree treeStats) error {
+	if t.files != tree.Files || t.bytes != tree.Bytes {
+		return fmt.Errorf("%s %d files, %d bytes; want %d, %d", what, t.files, t.bytes, tree.Files, tree.Bytes)
+	}
+	return nil
 }
 
 // readStore reads every regular file of a snapshot through Walk, opening
 // each with open (by path or by inode number).
 func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open func(p string, st fsstore.Stat) (*fsstore.File, error)) (time.Duration, error) {
 	t0 := time.Now()
-	var files int
-	var total int64
+	var tally readTally
 	err := sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
 		if !st.Mode.IsRegular() {
 			return nil
@@ -602,55 +625,30 @@ func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open f
 		if err != nil {
 			return fmt.Errorf("open %s: %w", p, err)
 		}
-		n, err := f.WriteTo(io.Discard)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		if n != st.Size {
-			return fmt.Errorf("read %s: %d bytes, size %d", p, n, st.Size)
-		}
-		files++
-		total += n
-		return nil
+		return tally.add(p, f, st.Size)
 	})
 	d := time.Since(t0)
 	if err != nil {
 		return 0, err
 	}
-	if files != tree.Files || total != tree.Bytes {
-		return 0, fmt.Errorf("store read %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
-	}
-	return d, nil
+	return d, tally.check("store read", tree)
 }
 
 // readStoreTree reads every regular file of a snapshot through ReadTree.
 func readStoreTree(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (time.Duration, error) {
 	t0 := time.Now()
-	var files int
-	var total int64
+	var tally readTally
 	err := sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
 		if r == nil || !st.Mode.IsRegular() {
 			return nil
 		}
-		n, err := io.Copy(io.Discard, r)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		if n != st.Size {
-			return fmt.Errorf("read %s: %d bytes, size %d", p, n, st.Size)
-		}
-		files++
-		total += n
-		return nil
+		return tally.add(p, r, st.Size)
 	})
 	d := time.Since(t0)
 	if err != nil {
 		return 0, err
 	}
-	if files != tree.Files || total != tree.Bytes {
-		return 0, fmt.Errorf("store read tree %d files, %d bytes; want %d, %d", files, total, tree.Files, tree.Bytes)
-	}
-	return d, nil
+	return d, tally.check("store read tree", tree)
 }
 
 // diffWS is a workspace of small files in a store of its own, with
