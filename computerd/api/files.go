@@ -203,17 +203,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		})
 	default:
-		var ents []fsstore.DirEntry
-		if ents, err = sn.ReadDirIno(r.Context(), st.Ino); err != nil {
+		var ents []fsstore.Stat
+		if ents, err = sn.ReadDirStat(r.Context(), st.Ino); err != nil {
 			return err
 		}
 		for _, e := range ents {
-			est, err := sn.StatIno(r.Context(), e.Ino)
-			if err != nil {
-				return err
-			}
-			est.Name, est.Path = e.Name, path.Join(p, e.Name)
-			out = append(out, est)
+			e.Path = path.Join(p, e.Name)
+			out = append(out, e)
 		}
 	}
 	if err != nil {
