@@ -731,3 +731,27 @@ func main() {
 		t.Errorf("stdout %q (exit %d, stderr %q), want %q", got, res.ExitCode, o.stream(sandbox.Stderr), want)
 	}
 }
+
+// TestSealedBinary checks that Init re-executed the test binary from a
+// sealed memfd copy (so libcontainer reuses it for every container instead
+// of copying the binary per start) and left no trace in the environment.
+func TestSealedBinary(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root seals")
+	}
+	link, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(link, "/memfd:") {
+		t.Fatalf("/proc/self/exe is %s, want a sealed memfd", link)
+	}
+	f, err := os.OpenFile("/proc/self/exe", os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		t.Fatal("the sealed binary opened for writing")
+	}
+	if v, ok := os.LookupEnv("COMPUTERD_SANDBOX_SEALED"); ok {
+		t.Fatalf("COMPUTERD_SANDBOX_SEALED=%q left in the environment", v)
+	}
+}
