@@ -25,6 +25,7 @@ func runAPI(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	startRSSWindow()
 	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "api"), true)
 	if err != nil {
 		return err

@@ -57,6 +57,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
 )
 
@@ -166,6 +167,8 @@ func suiteNames() []string {
 
 func main() {
 	sandbox.Init() // a re-executed container init (exec suite) never returns
+	// The store and daemon run here as in computerd serve: its GC settings.
+	daemon.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"computerd/computerd/daemon"
@@ -180,4 +182,30 @@ func startDaemon(ctx context.Context, dir string, noExec bool) (*daemon.Daemon, 
 		return nil, "", err
 	}
 	return d, token, nil
+}
+
+// startRSSWindow gives back to the OS what earlier suites of this process
+// left behind and restarts its peak RSS (VmHWM) from the current RSS, so
+// that the peak a suite reports is its own.
+func startRSSWindow() {
+	debug.FreeOSMemory()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// peakRSSMiB is the process's peak resident set size.
+func peakRSSMiB() (float64, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb); err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM")
 }

@@ -26,7 +26,7 @@ type queries struct {
 	insChunk, nextIno, insRevision, setHead        *sql.Stmt
 	changedDentries, changedInodes, changedExtents *sql.Stmt
 	dentriesOfIno                                  *sql.Stmt
-	listStats, listData                            *sql.Stmt
+	listStats, listDirs, listData                  *sql.Stmt
 
 	all []*sql.Stmt
 }
@@ -97,6 +97,7 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.changedInodes, `SELECT DISTINCT ino FROM inodes WHERE ws = ? AND birth > ? AND birth <= ?`},
 		{&q.dentriesOfIno, `SELECT parent, name FROM dentries WHERE ws = ?1 AND ino = ?2 AND birth <= ?3 AND death > ?3`},
 		{&q.listStats, listStatsSQL},
+		{&q.listDirs, listDirsSQL},
 		{&q.listData, listDataSQL},
 		{&q.changedExtents, `SELECT DISTINCT ino, idx FROM extents WHERE ws = ? AND birth > ? AND birth <= ? ORDER BY ino, idx`},
 	} {

@@ -63,6 +63,9 @@ type Store struct {
 	wq        *queries // statements on wconn
 	rdb       *sql.DB  // read-only pool
 	rq        *queries
+	adb       *sql.DB       // read-only connections of a ReadTree reading ahead
+	aq        *queries      // statements on adb
+	ahead     chan struct{} // held by the ReadTree reading ahead
 
 	wmu    sync.Mutex          // the single writer
 	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
@@ -143,11 +146,23 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	s.rdb.SetMaxOpenConns(s.Readers)
 	s.rdb.SetMaxIdleConns(s.Readers)
+	// A ReadTree's workers stream chunks once: small page caches.
+	if s.adb, err = sql.Open("sqlite", dsn(4<<10, "&_pragma=query_only(1)")); err != nil {
+		s.closeDBs()
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	s.adb.SetMaxOpenConns(aheadWorkers)
+	s.adb.SetMaxIdleConns(aheadWorkers)
+	s.ahead = make(chan struct{}, 1)
 	if s.wq, err = prepareQueries(ctx, s.wconn); err != nil {
 		s.closeDBs()
 		return err
 	}
 	if s.rq, err = prepareQueries(ctx, s.rdb); err != nil {
+		s.closeDBs()
+		return err
+	}
+	if s.aq, err = prepareQueries(ctx, s.adb); err != nil {
 		s.closeDBs()
 		return err
 	}
@@ -186,7 +201,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, q := range []*queries{s.wq, s.rq} {
+	for _, q := range []*queries{s.wq, s.rq, s.aq} {
 		if q != nil {
 			q.close()
 		}
@@ -199,8 +214,10 @@ func (s *Store) closeDBs() error {
 	if s.wdb != nil {
 		errs = append(errs, s.wdb.Close())
 	}
-	if s.rdb != nil {
-		errs = append(errs, s.rdb.Close())
+	for _, db := range []*sql.DB{s.rdb, s.adb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 )
 
 // Reading whole trees (walks, exports, sync) one directory per query: a
@@ -26,14 +27,17 @@ import (
 const listPlusSQL = `SELECT d.name, d.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime_ns, i.ctime_ns, i.target, i.parent, i.name%s
 FROM dentries d
 JOIN inodes i ON i.ws = d.ws AND i.ino = d.ino AND +i.birth <= ?3 AND i.death > ?3%s
-WHERE d.ws = ?1 AND d.parent = ?2 AND +d.birth <= ?3 AND d.death > ?3 AND d.ino != 0
+WHERE d.ws = ?1 AND d.parent = ?2 AND +d.birth <= ?3 AND d.death > ?3 AND d.ino != 0%s
 ORDER BY d.name%s`
 
 var (
-	listStatsSQL = fmt.Sprintf(listPlusSQL, "", "", "")
-	listDataSQL  = fmt.Sprintf(listPlusSQL, ", e.idx, c.data",
+	listStatsSQL = fmt.Sprintf(listPlusSQL, "", "", "", "")
+	// listDirsSQL lists only subdirectories (kind is the type bits of the
+	// mode, shifted as inode.kind does).
+	listDirsSQL = fmt.Sprintf(listPlusSQL, "", "", fmt.Sprintf(" AND d.kind = %d", syscall.S_IFDIR>>12), "")
+	listDataSQL = fmt.Sprintf(listPlusSQL, ", e.idx, c.data",
 		"\nLEFT JOIN extents e ON e.ws = d.ws AND e.ino = d.ino AND +e.birth <= ?3 AND e.death > ?3 AND e.chunk IS NOT NULL"+
-			"\nLEFT JOIN chunks c ON c.id = e.chunk", ", d.birth, i.birth, e.idx")
+			"\nLEFT JOIN chunks c ON c.id = e.chunk", "", ", d.birth, i.birth, e.idx")
 )
 
 // plusRow is one row of a joined listing.
@@ -117,6 +121,11 @@ func (sn *Snapshot) ReadTree(ctx context.Context, p string, fn TreeFunc) error {
 	if err := fn(clean, in.stat(name, clean), r); err != nil || !in.isDir() {
 		return sn.settle(ctx, err)
 	}
+	if len(v.layers) == 1 {
+		if ok, err := v.readTreeAhead(sn.s, clean, in.ino, fn); ok {
+			return sn.settle(ctx, err)
+		}
+	}
 	return sn.settle(ctx, v.readTree(clean, in.ino, fn))
 }
 
@@ -129,8 +138,13 @@ type subdir struct {
 func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 	var subdirs []subdir
 	if len(v.layers) == 1 {
-		var err error
-		if subdirs, err = v.readDirData(p, dir, fn); err != nil {
+		rows, err := v.q.listData.QueryContext(v.ctx, v.layers[0].ws, dir, v.layers[0].rev)
+		if err != nil {
+			return wrapDB("read tree", err)
+		}
+		subdirs, err = v.readDirRows(p, sqlRowSource(rows), fn)
+		rows.Close()
+		if err != nil {
 			return err
 		}
 	} else {
@@ -171,16 +185,11 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 	return nil
 }
 
-// readDirData streams one directory's files from a single query and
-// returns its subdirectories for the caller to visit after the cursor closes.
-func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]subdir, error) {
-	l := v.layers[0]
-	rows, err := v.q.listData.QueryContext(v.ctx, l.ws, dir, l.rev)
-	if err != nil {
-		return nil, wrapDB("read tree", err)
-	}
-	defer rows.Close()
-	cr := &chunkReader{rows: rows, cs: v.cs}
+// readDirRows streams one directory's files from its listing rows (a
+// listData query's, in order) and returns its subdirectories for the
+// caller to visit once the rows are done.
+func (v *view) readDirRows(p string, src rowSource, fn TreeFunc) ([]subdir, error) {
+	cr := &chunkReader{next: src, cs: v.cs}
 	var subdirs []subdir
 	if !cr.advance() {
 		return nil, cr.err
@@ -210,9 +219,25 @@ func (v *view) readDirData(p string, dir uint64, fn TreeFunc) ([]subdir, error) 
 	return subdirs, cr.err
 }
 
+// rowSource yields the rows of a listData query in order: the next row and
+// true, or false at the end (with the error that ended it, if any).
+type rowSource func() (plusRow, bool, error)
+
+// sqlRowSource reads rows straight off a query: each row's chunk bytes are
+// the driver's, valid until the next row.
+func sqlRowSource(rows *sql.Rows) rowSource {
+	return func() (plusRow, bool, error) {
+		if !rows.Next() {
+			return plusRow{}, false, rows.Err()
+		}
+		r, err := scanPlus(rows, true)
+		return r, err == nil, err
+	}
+}
+
 // chunkReader reads one file's contents from consecutive rows of a listing.
 type chunkReader struct {
-	rows *sql.Rows
+	next rowSource
 	cs   int64
 	row  plusRow // the current row
 	ok   bool    // row is valid
@@ -224,14 +249,10 @@ type chunkReader struct {
 }
 
 func (c *chunkReader) advance() bool {
-	c.ok = c.rows.Next()
-	if c.ok {
-		var err error
-		if c.row, err = scanPlus(c.rows, true); err != nil {
-			c.err, c.ok = wrapDB("read tree", err), false
-		}
-	} else if err := c.rows.Err(); err != nil {
-		c.err = wrapDB("read tree", err)
+	var err error
+	c.row, c.ok, err = c.next()
+	if err != nil {
+		c.err, c.ok = wrapDB("read tree", err), false
 	}
 	return c.ok
 }

@@ -42,6 +42,7 @@ func serveCommand() *cli.Command {
 }
 
 func serve(c *cli.Context) error {
+	daemon.TuneRuntime()
 	level := slog.LevelInfo
 	if c.Bool("quiet") {
 		level = slog.LevelWarn
