@@ -23,6 +23,10 @@ func init() {
 
 var barFirstPull = Bar{On: "ratio", Op: "<=", X: 2} // pull time / tar-over-loopback time
 
+// firstPullRuns is how many first pulls (each into a new executor store)
+// and tar references run, taking turns; the best of each counts.
+const firstPullRuns = 2
+
 // wireCounter counts the bytes a client's connections carry, both ways.
 type wireCounter struct{ n atomic.Int64 }
 
@@ -135,44 +139,67 @@ func runSync(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	importStart := time.Now()
 	if _, err := d.Store.ImportDir(ctx, w.ID, env.Src, true, fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: "bench"}, nil); err != nil {
 		return err
 	}
-	local := fsstore.New(filepath.Join(env.Dir, "executor"))
-	if err := local.Open(ctx); err != nil {
-		return err
-	}
-	defer local.Close()
-	var wire wireCounter
-	m := &syncproto.Mirror{Client: &syncproto.Client{URL: d.URL(), Token: token, HTTP: wire.client()}, Store: local, Tenant: "bench"}
+	importTime := time.Since(importStart)
 
-	// 1. First pull against tar c | loopback | tar x (the reference first, then the pull).
-	tarTime, tarBytes, err := tarOverLoopback(ctx, env.Src, env.Dir, true)
-	if err != nil {
-		return fmt.Errorf("tar reference: %w", err)
+	// 1. First pull, into an empty executor store, against tar c | loopback
+	// | tar x, taking turns; the best of firstPullRuns each counts.
+	var (
+		wire                        wireCounter
+		m                           *syncproto.Mirror
+		local                       *fsstore.Store
+		st                          syncproto.PullStats
+		tarTime, sendTime, pullTime time.Duration
+		tarBytes                    int64
+		wireFirst                   int64
+	)
+	best := func(b *time.Duration, d time.Duration) {
+		if *b == 0 || d < *b {
+			*b = d
+		}
 	}
-	sendTime, _, err := tarOverLoopback(ctx, env.Src, env.Dir, false)
-	if err != nil {
-		return fmt.Errorf("tar reference: %w", err)
-	}
-	var pullTime time.Duration
-	var st syncproto.PullStats
-	if err := env.phase(ctx, "first_pull", func(ctx context.Context) error {
-		start := time.Now()
-		st, err = m.Pull(ctx, "src")
-		pullTime = time.Since(start)
-		return err
-	}); err != nil {
-		return err
+	for i := range firstPullRuns {
+		t, n, err := tarOverLoopback(ctx, env.Src, env.Dir, true)
+		if err != nil {
+			return fmt.Errorf("tar reference: %w", err)
+		}
+		best(&tarTime, t)
+		tarBytes = n
+		if t, _, err = tarOverLoopback(ctx, env.Src, env.Dir, false); err != nil {
+			return fmt.Errorf("tar reference: %w", err)
+		}
+		best(&sendTime, t)
+		local = fsstore.New(filepath.Join(env.Dir, fmt.Sprintf("executor-%d", i)))
+		if err := local.Open(ctx); err != nil {
+			return err
+		}
+		defer local.Close()
+		m = &syncproto.Mirror{Client: &syncproto.Client{URL: d.URL(), Token: token, HTTP: wire.client()}, Store: local, Tenant: "bench"}
+		before := wire.n.Load()
+		if err := env.phase(ctx, "first_pull", func(ctx context.Context) error {
+			start := time.Now()
+			st, err = m.Pull(ctx, "src")
+			best(&pullTime, time.Since(start))
+			return err
+		}); err != nil {
+			return err
+		}
+		wireFirst = wire.n.Load() - before
 	}
 	env.Emit(Result{Name: "sync/first_pull_time", Value: secs(pullTime), Unit: "s",
-		Note: fmt.Sprintf("%d files, %.1f MB of content; %d chunks, %.1f MB of chunk data, %.1f MB on the wire; pull %.0f MB/s, tar c|tar x over loopback %.0f MB/s (%.1f MB)",
-			tree.Files, float64(tree.Bytes)/1e6, st.Chunks, float64(st.Bytes)/1e6, float64(wire.n.Load())/1e6,
+		Note: fmt.Sprintf("best of %d; %d files, %.1f MB of content; %d chunks, %.1f MB of chunk data, %.1f MB on the wire; pull %.0f MB/s, tar c|tar x over loopback %.0f MB/s (%.1f MB)",
+			firstPullRuns, tree.Files, float64(tree.Bytes)/1e6, st.Chunks, float64(st.Bytes)/1e6, float64(wireFirst)/1e6,
 			mbps(tree.Bytes, pullTime), mbps(tarBytes, tarTime), float64(tarBytes)/1e6)}.
 		withRef("tar_c_loopback_tar_x_s", secs(tarTime)).check(barFirstPull))
 	env.Emit(Result{Name: "sync/first_pull_vs_send_only", Value: secs(pullTime), Unit: "s",
 		Note: "the same pull against tar c over loopback into a byte counter (nothing stored on the receiving side); no bar"}.
 		withRef("tar_c_loopback_s", secs(sendTime)).check(Bar{}))
+	env.Emit(Result{Name: "sync/first_pull_vs_local_import", Value: secs(pullTime), Unit: "s",
+		Note: "the same pull against the home's own import of the tree from the local file system (fsstore.ImportDir, one run): what storing it costs with no network; no bar"}.
+		withRef("import_dir_s", secs(importTime)).check(Bar{}))
 
 	// 2. One changed file: an incremental pull.
 	changed := strings.Repeat("incremental sync payload line\n", 4000) // ~116 KB
