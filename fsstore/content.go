@@ -32,6 +32,7 @@ type Uploader struct {
 	grow   int     // the size of the next arena to make
 	spare  []byte  // a full-size arena whose batch is written, for reuse
 	flight *upload // the batch being written, if any
+	known  map[Hash]int64 // row ids of the chunks PutChunk stored
 }
 
 type pendingChunk struct {
@@ -116,8 +117,7 @@ func (u *Uploader) PutChunk(ctx context.Context, h Hash, data []byte) error {
 	buf := u.room()
 	n := copy(buf, data)
 	u.arena = u.arena[:len(u.arena)+n]
-	c := &Content{Size: int64(n), Chunks: []ChunkRef{{Index: 0, Hash: h, Len: n}}}
-	u.pending = append(u.pending, pendingChunk{h, buf[:n:n], c, 0})
+	u.pending = append(u.pending, pendingChunk{h, buf[:n:n], nil, 0})
 	u.size += n
 	if u.size >= uploadBatch {
 		return u.start(ctx)
@@ -153,14 +153,48 @@ func (u *Uploader) wait() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i, id := range f.ids {
-		p := f.chunks[i]
-		p.c.Chunks[p.i].id = id
-	}
+	u.noteIDs(f.chunks, f.ids)
 	if cap(f.arena) == uploadBatch+int(u.s.chunkSize) {
 		u.spare = f.arena // nothing refers to its bytes any more
 	}
 	return nil
+}
+
+// noteIDs records written chunks' row ids: in the contents Put returned,
+// and for PutChunk's chunks in known (see Identify).
+func (u *Uploader) noteIDs(chunks []pendingChunk, ids []int64) {
+	for i, id := range ids {
+		p := chunks[i]
+		if p.c != nil {
+			p.c.Chunks[p.i].id = id
+			continue
+		}
+		if u.known == nil {
+			u.known = map[Hash]int64{}
+		}
+		u.known[p.hash] = id
+	}
+}
+
+// Identify notes in cs's contents the row ids of the chunks this
+// Uploader's PutChunk stored (call it after Flush), so that committing cs
+// finds them by id, in runs, rather than one hash lookup each. The ids are
+// only hints: a commit still checks each row's hash.
+func (u *Uploader) Identify(cs *Changeset) {
+	if len(u.known) == 0 {
+		return
+	}
+	for _, op := range cs.Ops {
+		if op.Content == nil {
+			continue
+		}
+		for i := range op.Content.Chunks {
+			ref := &op.Content.Chunks[i]
+			if id, ok := u.known[ref.Hash]; ok && ref.id == 0 {
+				ref.id = id
+			}
+		}
+	}
 }
 
 // Flush writes the buffered chunks.
@@ -175,10 +209,7 @@ func (u *Uploader) Flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for i, id := range ids {
-		p := u.pending[i]
-		p.c.Chunks[p.i].id = id
-	}
+	u.noteIDs(u.pending, ids)
 	clear(u.pending)
 	u.pending, u.size, u.arena = u.pending[:0], 0, u.arena[:0]
 	return nil
@@ -193,6 +224,9 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64
 		return nil, ErrClosed
 	}
 	ids := make([]int64, 0, len(chunks))
+	for _, p := range chunks {
+		s.txBytes += int64(len(p.data))
+	}
 	err := s.inTx(ctx, func() error {
 		for _, p := range chunks {
 			id, err := putChunk(ctx, s.wq, p.hash, p.data)

@@ -63,6 +63,9 @@ type Store struct {
 	wq        *queries // statements on wconn
 	rdb       *sql.DB  // read-only pool
 	rq        *queries
+	cdb       *sql.DB       // the checkpointer's connection
+	ckpt      *checkpointer // nil until the store is open
+	txBytes   int64         // chunk bytes of the transaction being written (wmu)
 	adb       *sql.DB       // read-only connections of a ReadTree reading ahead
 	aq        *queries      // statements on adb
 	ahead     chan struct{} // held by the ReadTree reading ahead
@@ -118,7 +121,8 @@ func (s *Store) Open(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if s.wdb, err = sql.Open("sqlite", dsn(64<<10, "")); err != nil {
+	// The writer never checkpoints on its own: see checkpoint.go.
+	if s.wdb, err = sql.Open("sqlite", dsn(64<<10, "&_pragma=wal_autocheckpoint(0)")); err != nil {
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -166,6 +170,12 @@ func (s *Store) Open(ctx context.Context) error {
 		s.closeDBs()
 		return err
 	}
+	if s.cdb, err = sql.Open("sqlite", dsn(1<<10, "")); err != nil {
+		s.closeDBs()
+		return fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	s.cdb.SetMaxOpenConns(1)
+	s.ckpt = startCheckpointer(s.cdb)
 	return nil
 }
 
@@ -196,6 +206,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.shut.Store(true)
+	if s.ckpt != nil {
+		s.ckpt.stop()
+	}
 	return s.closeDBs()
 }
 
@@ -214,7 +227,7 @@ func (s *Store) closeDBs() error {
 	if s.wdb != nil {
 		errs = append(errs, s.wdb.Close())
 	}
-	for _, db := range []*sql.DB{s.rdb, s.adb} {
+	for _, db := range []*sql.DB{s.rdb, s.adb, s.cdb} {
 		if db != nil {
 			errs = append(errs, db.Close())
 		}
@@ -282,6 +295,7 @@ func (s *Store) loadSettings(ctx context.Context) error {
 // inTx runs fn inside BEGIN IMMEDIATE ... COMMIT on the writer connection,
 // rolling back if fn fails. The caller holds wmu, or is Open.
 func (s *Store) inTx(ctx context.Context, fn func() error) (err error) {
+	defer func() { s.txBytes = 0 }()
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -297,6 +311,11 @@ func (s *Store) inTx(ctx context.Context, fn func() error) (err error) {
 	}
 	if _, err = s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	if s.ckpt != nil && s.ckpt.committed(s.txBytes) {
+		// The checkpointer is far behind: copy the WAL here, as SQLite's
+		// own automatic checkpoint would.
+		s.wconn.ExecContext(context.WithoutCancel(ctx), "PRAGMA wal_checkpoint(PASSIVE)")
 	}
 	return nil
 }

@@ -170,7 +170,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if err := dec.Header(&hdr); err != nil {
 		return st, err
 	}
-	cs, err := m.receiveChunks(ctx, dec, &st)
+	cs, err := m.receiveChunks(ctx, dec, &st, nil)
 	if err != nil {
 		return st, err
 	}
@@ -206,7 +206,9 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 }
 
 // receiveChunks stores the chunks of a stream and returns its changeset.
-func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats) (*fsstore.Changeset, error) {
+// The row ids of the chunks stored are noted in the changeset named, or
+// else in the stream's own (see fsstore.Uploader.Identify).
+func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats, named *fsstore.Changeset) (*fsstore.Changeset, error) {
 	up := m.Store.NewUploader()
 	for {
 		hash, data, cs, err := dec.Next()
@@ -214,7 +216,14 @@ func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats)
 			return nil, err
 		}
 		if cs != nil {
-			return cs, up.Flush(ctx)
+			if err := up.Flush(ctx); err != nil {
+				return nil, err
+			}
+			if named == nil {
+				named = cs
+			}
+			up.Identify(named)
+			return cs, nil
 		}
 		if err := storeChunk(ctx, up, hash, data); err != nil {
 			return nil, err
@@ -262,7 +271,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 	if err := dec.Header(&fh); err != nil {
 		return err
 	}
-	_, err = m.receiveChunks(ctx, dec, st)
+	_, err = m.receiveChunks(ctx, dec, st, cs)
 	return err
 }
 

@@ -353,6 +353,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 	if err := up.Flush(ctx); err != nil {
 		return PushResult{}, err
 	}
+	up.Identify(cs)
 	h.observe("push", nchunks, nbytes)
 	unlock := h.lock(ws.ID)
 	defer unlock()
