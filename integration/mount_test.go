@@ -94,6 +94,38 @@ func TestHostMount(t *testing.T) {
 	}
 }
 
+// Two mounts of one workspace: what one commits shows in the other.
+func TestTwoMounts(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	e.write("w", "a.txt", "one\n")
+	one, two := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
+	e.ok("mount", "w", one)
+	defer e.run(nil, "umount", one)
+	e.ok("mount", "w", two)
+	defer e.run(nil, "umount", two)
+	for _, dir := range []string{one, two} {
+		if got := sh(t, "cat "+dir+"/a.txt"); got != "one\n" {
+			t.Fatalf("read through %s: %q", dir, got)
+		}
+	}
+	sh(t, "echo from one > "+one+"/a.txt && echo new > "+one+"/b.txt && sync "+one+"/b.txt")
+	eventually(t, "the first mount's commit visible in the second", func() bool {
+		a, _ := exec.Command("cat", two+"/a.txt").Output()
+		b, _ := exec.Command("cat", two+"/b.txt").Output()
+		return string(a) == "from one\n" && string(b) == "new\n"
+	})
+	sh(t, "rm "+two+"/b.txt && sync "+two+"/a.txt")
+	eventually(t, "the second mount's commit visible in the first", func() bool {
+		out, _ := exec.Command("ls", one).Output()
+		return strings.TrimSpace(string(out)) == "a.txt"
+	})
+	if got := e.tree("w"); len(got) != 1 || got["a.txt"] != "from one\n" {
+		t.Fatalf("workspace: %v", got)
+	}
+}
+
 // A mount left by a computerd killed with SIGKILL is cleaned up by the next start.
 func TestStaleMountCleanup(t *testing.T) {
 	needExec(t)

@@ -107,7 +107,9 @@ func (ms *mounts) Mount(ctx context.Context, tenant string, ws fsstore.Workspace
 		Store: ms.store, Workspace: ws.ID,
 		Info:     fsstore.CommitInfo{Source: fsstore.SourceMount, Tenant: tenant, Message: "mount " + dir},
 		SpoolDir: filepath.Join(ms.dataDir, "run", "spool"),
-		OnCommit: func(r fsstore.Revision) { ms.metrics.Committed(r) },
+		// Its own commits reach the workspace's other mounts; itself it
+		// leaves alone (a refresh would commit its pending writes early).
+		OnCommit: func(r fsstore.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },
 	})
 	if err != nil {
 		return wire.MountInfo{}, err
@@ -157,11 +159,15 @@ func (ms *mounts) Mounts(tenant string) []wire.MountInfo {
 
 // changed brings the mounts of ws up to its head, in the background: a
 // commit made elsewhere (API, exec, sync) becomes visible in them.
-func (ms *mounts) changed(ws int64) {
+func (ms *mounts) changed(ws int64) { ms.changedBy(ws, "") }
+
+// changedBy is changed for a commit made by the mount at dir ("" for none),
+// which is not refreshed.
+func (ms *mounts) changedBy(ws int64, dir string) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	for _, h := range ms.byDir {
-		if h.ws.ID != ws {
+	for d, h := range ms.byDir {
+		if h.ws.ID != ws || d == dir {
 			continue
 		}
 		select {

@@ -63,7 +63,22 @@ func (m *Manager) sweepOne(ctx context.Context, id string) error {
 	if err := waitEmpty(ctx, func() ([]int, error) { return c.Processes() }); err != nil {
 		return err
 	}
-	return c.Destroy()
+	// A killed init leaves its cgroup before it is done dying (the init of
+	// a PID namespace first waits for the rest of it): until it is a
+	// zombie, libcontainer calls the container running.
+	deadline := time.Now().Add(killGrace)
+	for {
+		err := c.Destroy()
+		if !errors.Is(err, libcontainer.ErrRunning) || time.Now().After(deadline) {
+			return err
+		}
+		_ = c.Signal(unix.SIGKILL)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // sweepCgroup kills what the cgroup of container id holds and removes it.
