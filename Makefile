@@ -5,6 +5,7 @@ BIN := bin
 
 build:
 	$(GO) build -o $(BIN)/computerd ./computerd
+	$(GO) build -o $(BIN)/computerd-sandbox ./computerd/sandboxd
 	$(GO) build -o $(BIN)/agentctl ./agentctl
 
 deps:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"os/signal"
 	"regexp"
 	"strings"
@@ -40,8 +41,27 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Geteuid() == 0 {
+		// Containers run from computerd-sandbox, as under `make build`.
+		dir, err := os.MkdirTemp("", "computerd-sandbox-")
+		if err == nil {
+			p := filepath.Join(dir, "computerd-sandbox")
+			if out, err := exec.Command("go", "build", "-o", p, "computerd/computerd/sandboxd").CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "go build computerd-sandbox: %v\n%s", err, out)
+				os.Exit(1)
+			}
+			sandboxHelper = p
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
+
+// sandboxHelper is the computerd-sandbox binary the daemons of these tests
+// run their containers with ("" when not root).
+var sandboxHelper string
 
 // child is a computerd process serving dir.
 type child struct {
@@ -60,6 +80,9 @@ var (
 func startChild(t *testing.T, dir string, extra ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if sandboxHelper != "" {
+		extra = append([]string{"--sandbox-helper", sandboxHelper}, extra...)
+	}
 	cmd.Env = append(os.Environ(), "COMPUTERD_TEST_SERVE="+dir, "COMPUTERD_TEST_ARGS="+strings.Join(extra, "\x1f"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

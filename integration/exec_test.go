@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strings"
 	"sync"
@@ -58,6 +59,9 @@ func TestExecBasics(t *testing.T) {
 	}
 	if e.head("w") != head+1 {
 		t.Fatalf("head %d after one exec from %d", e.head("w"), head)
+	}
+	if sandboxHelper != "" && !processRunning(sandboxHelper) {
+		t.Fatalf("no %s process: the exec did not run through the helper", sandboxHelper)
 	}
 	tree := e.tree("w")
 	if tree["out.txt"] != "made\n" || tree["gone.txt"] != "" || tree["in.txt"] != "input\n" {
@@ -423,4 +427,16 @@ func TestExecClientDisconnects(t *testing.T) {
 	if out := e.ok("exec-log", "w", list[0].ID); out != "" {
 		t.Fatalf("exec-log printed %q for a silent command", out)
 	}
+}
+
+// processRunning reports whether a process runs the binary at path.
+func processRunning(path string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(b), path+"\x00") {
+			return true
+		}
+	}
+	return false
 }

@@ -25,7 +25,8 @@ type env struct {
 func start(t *testing.T, limits api.Limits) *env {
 	t.Helper()
 	dir := t.TempDir()
-	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Limits: limits})
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Limits: limits,
+		SandboxHelper: sandboxHelper})
 	if err != nil {
 		t.Fatal(err)
 	}

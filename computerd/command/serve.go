@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -36,6 +38,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "token", Usage: "with --home: a token of the tenant this executor serves", EnvVars: []string{"COMPUTERD_HOME_TOKEN"}},
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of an exec", Value: 10 * time.Minute},
+			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 		},
 		Action: serve,
 	}
@@ -48,6 +51,10 @@ func serve(c *cli.Context) error {
 		level = slog.LevelWarn
 	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	helper, err := sandboxHelper(c.String("sandbox-helper"))
+	if err != nil {
+		return err
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
 		DataDir:       c.String("data"),
 		Listen:        c.String("listen"),
@@ -58,6 +65,7 @@ func serve(c *cli.Context) error {
 		HomeToken:     c.String("token"),
 		NoExec:        c.Bool("no-exec"),
 		ExecTimeout:   c.Duration("exec-timeout"),
+		SandboxHelper: helper,
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),
@@ -136,4 +144,31 @@ func tokenCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// sandboxHelper resolves --sandbox-helper: "auto" is computerd-sandbox in
+// computerd's own directory if it is there (in-process otherwise), "none"
+// or "" in-process, anything else a binary that must exist.
+func sandboxHelper(flag string) (string, error) {
+	switch flag {
+	case "", "none":
+		return "", nil
+	case "auto":
+		// os.Args[0], not os.Executable: the process runs from a sealed
+		// copy of its binary (sandbox.Init).
+		self, err := exec.LookPath(os.Args[0])
+		if err != nil {
+			return "", nil
+		}
+		p := filepath.Join(filepath.Dir(self), "computerd-sandbox")
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return "", nil
+		}
+		return filepath.Abs(p)
+	}
+	fi, err := os.Stat(flag)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("--sandbox-helper %s: not a file (%v)", flag, err)
+	}
+	return filepath.Abs(flag)
 }

@@ -40,6 +40,9 @@ type Config struct {
 	NoExec bool
 	// SandboxLimits are the default container limits (zero: sandbox defaults).
 	SandboxLimits sandbox.Limits
+	// SandboxHelper is the computerd-sandbox binary that runs the
+	// containers (see sandbox.Manager.Helper); empty runs them in-process.
+	SandboxHelper string
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration
 	// Home, if set, makes this daemon an executor of the home computerd at
@@ -147,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 // orphaned containers and mounts go, interrupted execs' writes are kept.
 func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	run := filepath.Join(d.cfg.DataDir, "run")
-	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits}
+	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper}
 	d.Runner = &runner.Runner{
 		Store: d.Store, Sandbox: sb, Metrics: d.Metrics, Log: d.cfg.Log,
 		Dir: run, DefaultTimeout: d.cfg.ExecTimeout,
@@ -202,6 +205,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// Running commands may finish until ctx ends; then they are killed
 		// and what they wrote is committed.
 		d.Runner.Shutdown(ctx)
+		d.Runner.Sandbox.Close()
 	}
 	d.mounts.closeAll(context.WithoutCancel(ctx))
 	err := d.api.Shutdown(ctx)

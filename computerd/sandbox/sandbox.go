@@ -185,9 +185,15 @@ type Manager struct {
 	HostDirs []string
 	// NoSeccomp turns the seccomp filter off (for measuring its cost).
 	NoSeccomp bool
+	// Helper is the path of the helper binary (computerd-sandbox) that runs
+	// the containers; empty runs them in this process. See HelperMain.
+	Helper string
 
 	prepMu   sync.Mutex
 	prepared bool
+
+	helperMu   sync.Mutex
+	helperConn *helperClient
 }
 
 func (m *Manager) containersDir() string { return filepath.Join(m.StateDir, "containers") }
@@ -203,6 +209,11 @@ func (m *Manager) rootDir() string       { return filepath.Join(m.StateDir, "roo
 func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
 	if out == nil {
 		out = func(Event) {}
+	}
+	if m.Helper != "" {
+		if res, ok, err := m.runHelper(ctx, spec, out); ok {
+			return res, err
+		}
 	}
 	r, err := m.prepare(spec)
 	if err != nil {

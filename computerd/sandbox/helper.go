@@ -1,0 +1,374 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Running containers from a helper process. A container's init is the
+// binary that started it, re-executed, and Go runs every package's
+// initialisation in it before libcontainer's init code: in computerd's
+// image (the metrics client, the CLI library, SQLite, FUSE, ...) that made
+// a container's start about 10 ms slower at the median than from a binary
+// of this package alone (docs/SANDBOX.md). So a Manager whose Helper is set
+// starts that small binary (computerd-sandbox, whose main is HelperMain)
+// once, and sends it every Run over a socket: the helper runs the
+// containers with a Manager of its own and streams their events back.
+//
+// The helper dies with the process that started it (parent-death signal),
+// and its containers with it; a Run in flight then fails, and the next Run
+// starts a new helper. Stdin is sent along with the run, so it must be in
+// memory (a *bytes.Reader or *strings.Reader); a Run with another kind of
+// Stdin runs in-process.
+
+// helperConfig is the helper's Manager.
+type helperConfig struct {
+	StateDir  string        `json:"state_dir"`
+	Limits    Limits        `json:"limits"`
+	Timeout   time.Duration `json:"timeout"`
+	HostDirs  []string      `json:"host_dirs"`
+	NoSeccomp bool          `json:"no_seccomp"`
+}
+
+// helperSpec is a Spec on the wire.
+type helperSpec struct {
+	ID           string        `json:"id"`
+	Argv         []string      `json:"argv"`
+	Env          []string      `json:"env"`
+	Cwd          string        `json:"cwd"`
+	Stdin        []byte        `json:"stdin"`
+	HasStdin     bool          `json:"has_stdin"`
+	WorkspaceDir string        `json:"workspace_dir"`
+	Rootfs       string        `json:"rootfs"`
+	Limits       Limits        `json:"limits"`
+	Timeout      time.Duration `json:"timeout"`
+}
+
+// helperMsg is one message either way: run and cancel to the helper; event
+// and result from it. Req numbers a run.
+type helperMsg struct {
+	Op     string      `json:"op"`
+	Req    uint64      `json:"req"`
+	Spec   *helperSpec `json:"spec,omitempty"`
+	Seq    uint64      `json:"seq,omitempty"`
+	Stream string      `json:"stream,omitempty"`
+	Data   []byte      `json:"data,omitempty"`
+	Result *Result     `json:"result,omitempty"`
+	Err    string      `json:"err,omitempty"`
+	Kind   string      `json:"kind,omitempty"` // the sentinel Err wraps
+}
+
+// helperFd is the helper's end of the socket.
+const helperFd = 3
+
+var errorKinds = map[string]error{"invalid": ErrInvalidSpec, "start": ErrStart, "notreaped": ErrNotReaped}
+
+// remoteError is an error from the helper: its message, and the sentinel
+// it wrapped there.
+type remoteError struct {
+	msg  string
+	kind error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.kind }
+
+func errorKind(err error) string {
+	for k, s := range errorKinds {
+		if errors.Is(err, s) {
+			return k
+		}
+	}
+	return ""
+}
+
+// HelperMain is the main of the helper binary: its first argument is its
+// Manager's configuration, descriptor 3 its socket. It serves runs until
+// the socket closes (its parent closed the Manager or died), then kills
+// what still runs and exits. Call it after Init.
+func HelperMain() {
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	unix.CloseOnExec(helperFd) // never inherited by a container
+	if os.Getppid() == 1 {
+		os.Exit(1) // the parent died before the signal was set
+	}
+	var cfg helperConfig
+	if len(os.Args) < 2 || json.Unmarshal([]byte(os.Args[1]), &cfg) != nil {
+		fmt.Fprintln(os.Stderr, "computerd-sandbox: started by computerd only (bad configuration argument)")
+		os.Exit(2)
+	}
+	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, NoSeccomp: cfg.NoSeccomp}
+	serveHelper(m, os.NewFile(helperFd, "computerd"))
+	os.Exit(0)
+}
+
+func serveHelper(m *Manager, conn io.ReadWriteCloser) {
+	defer conn.Close()
+	var (
+		mu     sync.Mutex // enc and cancel
+		enc    = json.NewEncoder(conn)
+		cancel = map[uint64]context.CancelFunc{}
+		wg     sync.WaitGroup
+	)
+	send := func(msg helperMsg) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(msg)
+	}
+	dec := json.NewDecoder(bufio.NewReader(conn))
+	for {
+		var msg helperMsg
+		if err := dec.Decode(&msg); err != nil {
+			break
+		}
+		switch {
+		case msg.Op == "run" && msg.Spec != nil:
+			ctx, stop := context.WithCancel(context.Background())
+			mu.Lock()
+			cancel[msg.Req] = stop
+			mu.Unlock()
+			wg.Add(1)
+			go func(req uint64, hs helperSpec) {
+				defer wg.Done()
+				defer stop()
+				spec := Spec{ID: hs.ID, Argv: hs.Argv, Env: hs.Env, Cwd: hs.Cwd, WorkspaceDir: hs.WorkspaceDir,
+					Rootfs: hs.Rootfs, Limits: hs.Limits, Timeout: hs.Timeout}
+				if hs.HasStdin {
+					spec.Stdin = bytes.NewReader(hs.Stdin)
+				}
+				res, err := m.Run(ctx, spec, func(e Event) {
+					send(helperMsg{Op: "event", Req: req, Seq: e.Seq, Stream: e.Stream, Data: e.Data})
+				})
+				reply := helperMsg{Op: "result", Req: req, Result: &res}
+				if err != nil {
+					reply.Err, reply.Kind = err.Error(), errorKind(err)
+				}
+				mu.Lock()
+				delete(cancel, req)
+				mu.Unlock()
+				send(reply)
+			}(msg.Req, *msg.Spec)
+		case msg.Op == "cancel":
+			mu.Lock()
+			if stop := cancel[msg.Req]; stop != nil {
+				stop()
+			}
+			mu.Unlock()
+		}
+	}
+	// The parent is gone or done: end every run (Run kills and destroys).
+	mu.Lock()
+	for _, stop := range cancel {
+		stop()
+	}
+	mu.Unlock()
+	wg.Wait()
+}
+
+// helperClient is a Manager's connection to its helper.
+type helperClient struct {
+	conn *os.File
+	mu   sync.Mutex // enc, next, runs, err
+	enc  *json.Encoder
+	next uint64
+	runs map[uint64]*remoteRun
+	err  error // set once the connection broke
+}
+
+type remoteRun struct {
+	out    func(Event)
+	result chan helperMsg // buffered: the reader never waits on it
+}
+
+// helper returns the Manager's helper, starting one if there is none or
+// the last one died.
+func (m *Manager) helper() (*helperClient, error) {
+	m.helperMu.Lock()
+	defer m.helperMu.Unlock()
+	if c := m.helperConn; c != nil {
+		c.mu.Lock()
+		alive := c.err == nil
+		c.mu.Unlock()
+		if alive {
+			return c, nil
+		}
+	}
+	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, NoSeccomp: m.NoSeccomp})
+	if err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox helper: socketpair: %w", err)
+	}
+	// Non-blocking, so that the runtime's poller serves it and Close ends
+	// a read in progress (a blocking read would keep the descriptor, and
+	// the helper would never see the end of its input).
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("sandbox helper: %w", err)
+	}
+	parent, child := os.NewFile(uintptr(fds[0]), "sandbox-helper"), os.NewFile(uintptr(fds[1]), "computerd")
+	cmd := exec.Command(m.Helper, string(cfg))
+	cmd.ExtraFiles = []*os.File{child} // descriptor 3
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	// The parent-death signal fires when the thread that forked the helper
+	// ends: fork it from a thread locked for the helper's whole life.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		parent.Close() // unblocks the reader if the helper died
+	}()
+	err = <-started
+	child.Close()
+	if err != nil {
+		parent.Close()
+		return nil, fmt.Errorf("sandbox helper %s: %w", m.Helper, err)
+	}
+	c := &helperClient{conn: parent, enc: json.NewEncoder(parent), runs: map[uint64]*remoteRun{}}
+	go c.read()
+	m.helperConn = c
+	return c, nil
+}
+
+// read dispatches the helper's messages until the connection breaks; then
+// every run in flight fails.
+func (c *helperClient) read() {
+	dec := json.NewDecoder(bufio.NewReader(c.conn))
+	var err error
+	for {
+		var msg helperMsg
+		if err = dec.Decode(&msg); err != nil {
+			break
+		}
+		c.mu.Lock()
+		r := c.runs[msg.Req]
+		if msg.Op == "result" {
+			delete(c.runs, msg.Req)
+		}
+		c.mu.Unlock()
+		switch {
+		case r == nil:
+		case msg.Op == "event":
+			r.out(Event{Seq: msg.Seq, Stream: msg.Stream, Data: msg.Data})
+		case msg.Op == "result":
+			r.result <- msg
+		}
+	}
+	c.mu.Lock()
+	c.err = fmt.Errorf("sandbox helper: connection lost: %w", err)
+	runs := c.runs
+	c.runs = map[uint64]*remoteRun{}
+	c.mu.Unlock()
+	c.conn.Close()
+	for _, r := range runs {
+		r.result <- helperMsg{Op: "result", Err: "sandbox helper died before the container ended", Kind: "start"}
+	}
+}
+
+// send registers out as a run's receiver (if r is not nil) and sends msg.
+func (c *helperClient) send(msg helperMsg, r *remoteRun) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	if r != nil {
+		c.next++
+		msg.Req = c.next
+		c.runs[msg.Req] = r
+	}
+	if err := c.enc.Encode(msg); err != nil {
+		delete(c.runs, msg.Req)
+		return 0, fmt.Errorf("sandbox helper: %w", err)
+	}
+	return msg.Req, nil
+}
+
+// inMemory returns the bytes of an in-memory reader without consuming it.
+func inMemory(r io.Reader) ([]byte, bool) {
+	switch r := r.(type) {
+	case *bytes.Reader:
+		b := make([]byte, r.Len())
+		_, _ = r.ReadAt(b, r.Size()-int64(r.Len()))
+		return b, true
+	case *strings.Reader:
+		b := make([]byte, r.Len())
+		_, _ = r.ReadAt(b, r.Size()-int64(r.Len()))
+		return b, true
+	}
+	return nil, false
+}
+
+// runHelper is Run through the helper; ok is false if spec cannot go to
+// the helper (its Stdin is not in memory).
+func (m *Manager) runHelper(ctx context.Context, spec Spec, out func(Event)) (res Result, ok bool, err error) {
+	hs := &helperSpec{ID: spec.ID, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, WorkspaceDir: spec.WorkspaceDir,
+		Rootfs: spec.Rootfs, Limits: spec.Limits, Timeout: spec.Timeout}
+	if spec.Stdin != nil {
+		if hs.Stdin, hs.HasStdin = inMemory(spec.Stdin); !hs.HasStdin {
+			return Result{}, false, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, true, fmt.Errorf("%w: %w", ErrStart, context.Cause(ctx))
+	}
+	c, err := m.helper()
+	if err != nil {
+		return Result{}, true, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	r := &remoteRun{out: out, result: make(chan helperMsg, 1)}
+	req, err := c.send(helperMsg{Op: "run", Spec: hs}, r)
+	if err != nil {
+		return Result{}, true, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	var msg helperMsg
+	select {
+	case msg = <-r.result:
+	case <-ctx.Done():
+		_, _ = c.send(helperMsg{Op: "cancel", Req: req}, nil)
+		msg = <-r.result
+	}
+	if msg.Result != nil {
+		res = *msg.Result
+	}
+	if msg.Err != "" {
+		err = &remoteError{msg: msg.Err, kind: errorKinds[msg.Kind]}
+	}
+	return res, true, err
+}
+
+// Close stops the Manager's helper, if it started one: the runs it still
+// has are killed. In-process runs are not affected.
+func (m *Manager) Close() error {
+	m.helperMu.Lock()
+	defer m.helperMu.Unlock()
+	if m.helperConn == nil {
+		return nil
+	}
+	err := m.helperConn.conn.Close()
+	m.helperConn = nil
+	return err
+}
