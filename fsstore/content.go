@@ -29,9 +29,9 @@ type Uploader struct {
 	// Put reads chunks straight into arena, and pending chunks are slices
 	// of it (or of the arenas it grew out of, for the first batch).
 	arena  []byte
-	grow   int     // the size of the next arena to make
-	spare  []byte  // a full-size arena whose batch is written, for reuse
-	flight *upload // the batch being written, if any
+	grow   int            // the size of the next arena to make
+	spare  []byte         // a full-size arena whose batch is written, for reuse
+	flight *upload        // the batch being written, if any
 	known  map[Hash]int64 // row ids of the chunks PutChunk stored
 }
 
