@@ -10,6 +10,7 @@ import (
 	"time"
 
 	agentcmd "computerd/agentctl/command"
+	"computerd/computerd/daemon"
 	"computerd/fsstore"
 )
 
@@ -26,7 +27,7 @@ func runAPI(ctx context.Context, env *Env) error {
 		return err
 	}
 	startRSSWindow()
-	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "api"), true)
+	d, token, err := startDaemon(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "api"), NoExec: true})
 	if err != nil {
 		return err
 	}

@@ -2,45 +2,46 @@ package main
 
 // The exec suite measures package computerd/sandbox (one libcontainer
 // container per command) against bare libcontainer measured in the same
-// run:
+// run. It builds the two binaries containers start from, as `make build`
+// does: computerd-sandbox (the helper computerd runs its containers with)
+// and bench/barerun (the reference), each with little more than
+// libcontainer linked in.
 //
 //  1. bare_true: the reference. A container with a minimal configuration
-//     created, run and destroyed with libcontainer directly, running
-//     /usr/bin/true: mount, UTS, IPC, PID and network (loopback)
-//     namespaces, /proc, a tmpfs /dev with the default devices, a
-//     read-only bind of /usr (plus the /bin, /lib... links of a merged-usr
-//     host), a cgroup with only device rules; no output pipes, no limits,
-//     no masked paths, no seccomp.
+//     created, run and destroyed with libcontainer directly by barerun,
+//     running /usr/bin/true (see bench/barerun for the configuration).
 //  2. run_true: sandbox.Manager.Run of `true` with the full profile
-//     (docs/SANDBOX.md): p50 against bare_true's p50 (bar: ratio <= 1.5)
-//     and in absolute terms (bar: < 30 ms), and p99 against bare_true's
-//     p99. run_noseccomp is Run with Manager.NoSeccomp: what the seccomp
-//     handshake costs (no bar). The three take turns in a rotating order,
-//     execRuns runs each after execWarmup untimed ones.
+//     (docs/SANDBOX.md), through the helper as computerd runs it: p50
+//     against bare_true's p50 (bar: ratio <= 1.5) and in absolute terms
+//     (bar: < 30 ms), and p99 against bare_true's p99. run_noseccomp is Run
+//     with Manager.NoSeccomp: what the seccomp handshake costs (no bar).
+//     The three take turns in a rotating order, execRuns runs each after
+//     execWarmup untimed ones.
 //  3. first_byte: time from the Run call to the first output event of
 //     `echo x`, p50 of firstByteRuns, against run_true's p50.
 //  4. concurrent20: wall time of 20 concurrent Runs of `true` (best of 3),
 //     against 20 times run_true's p50 (what running them one after the
 //     other would take).
+//  5. api_true: request to exit of `true` through a daemon's HTTP API,
+//     against bare runs taken in turn with it (bars as for run_true), and
+//     `echo x` (exit and first byte) in the same turns.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/opencontainers/cgroups"
-	devconfig "github.com/opencontainers/cgroups/devices/config"
-	"github.com/opencontainers/runc/libcontainer"
-	"github.com/opencontainers/runc/libcontainer/configs"
-	"github.com/opencontainers/runc/libcontainer/specconv"
-	"golang.org/x/sys/unix"
-
 	"computerd/agentctl/client"
+	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
 	"computerd/computerd/wire"
 )
@@ -66,14 +67,24 @@ func runExec(ctx context.Context, env *Env) error {
 	if os.Geteuid() != 0 {
 		return errors.New("exec suite needs root (containers)")
 	}
-	m := &sandbox.Manager{StateDir: filepath.Join(env.Dir, "state")}
-	if _, err := m.Sweep(ctx); err != nil {
-		return err
-	}
-	bare, err := newBareRunner(filepath.Join(env.Dir, "bare"))
+	helper, err := buildTool(ctx, env.Dir, "computerd-sandbox", "computerd/computerd/sandboxd")
 	if err != nil {
 		return err
 	}
+	barePath, err := buildTool(ctx, env.Dir, "barerun", "computerd/bench/barerun")
+	if err != nil {
+		return err
+	}
+	m := &sandbox.Manager{StateDir: filepath.Join(env.Dir, "state"), Helper: helper}
+	defer m.Close()
+	if _, err := m.Sweep(ctx); err != nil {
+		return err
+	}
+	bare, err := startBare(barePath, filepath.Join(env.Dir, "bare"))
+	if err != nil {
+		return err
+	}
+	defer bare.close()
 	runTrue := func(ctx context.Context, m *sandbox.Manager) (time.Duration, error) {
 		start := time.Now()
 		res, err := m.Run(ctx, sandbox.Spec{Argv: []string{"true"}}, nil)
@@ -85,7 +96,8 @@ func runExec(ctx context.Context, env *Env) error {
 	}
 
 	// 1 and 2: bare, Run and Run without seccomp in turn.
-	nm := &sandbox.Manager{StateDir: m.StateDir, NoSeccomp: true}
+	nm := &sandbox.Manager{StateDir: m.StateDir, NoSeccomp: true, Helper: helper}
+	defer nm.Close()
 	var bareLat, runLat, noSecLat []time.Duration
 	err = env.phase(ctx, "run_true", func(ctx context.Context) error {
 		for i := range execWarmup + execRuns {
@@ -195,14 +207,14 @@ func runExec(ctx context.Context, env *Env) error {
 	env.Emit(Result{Name: "exec/concurrent20_wall", Value: ms(best), Unit: "ms",
 		Note: fmt.Sprintf("%d concurrent Runs of true, best of %d; ref is %d sequential p50s", concurrentRuns, concurrentReps, concurrentRuns)}.
 		withRef("run_true_p50_x20_ms", ms(runP50)*concurrentRuns).check(Bar{}))
-	return execThroughAPI(ctx, env, bare)
+	return execThroughAPI(ctx, env, bare, helper)
 }
 
 // execThroughAPI measures request to exit of `true` through a daemon's
 // HTTP API (journal, FUSE workspace, container, commit check, event
 // stream), alternating with bare libcontainer runs for the same-run reference.
-func execThroughAPI(ctx context.Context, env *Env, bare *bareRunner) error {
-	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "api"), false)
+func execThroughAPI(ctx context.Context, env *Env, bare *bareClient, helper string) error {
+	d, token, err := startDaemon(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "api"), SandboxHelper: helper})
 	if err != nil {
 		return err
 	}
@@ -262,82 +274,61 @@ func execThroughAPI(ctx context.Context, env *Env, bare *bareRunner) error {
 	return nil
 }
 
-// bareRunner runs `true` in containers with a minimal libcontainer
-// configuration: the reference for sandbox.Manager.Run.
-type bareRunner struct {
-	stateDir, rootfs string
+// bareClient drives bench/barerun, the reference: bare libcontainer in a
+// binary of its own, as small as computerd-sandbox (a container's init is
+// the binary that starts it, and its size and package initialisation
+// count; see docs/SANDBOX.md). Each run is timed inside barerun.
+type bareClient struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
-func newBareRunner(dir string) (*bareRunner, error) {
-	b := &bareRunner{stateDir: filepath.Join(dir, "containers"), rootfs: filepath.Join(dir, "rootfs")}
-	for _, d := range []string{"proc", "dev", "usr"} {
-		if err := os.MkdirAll(filepath.Join(b.rootfs, d), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	for _, l := range []string{"/bin", "/lib", "/lib64", "/sbin"} {
-		if target, err := os.Readlink(l); err == nil {
-			if err := os.Symlink(target, filepath.Join(b.rootfs, l)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return b, nil
-}
-
-func (b *bareRunner) config(i int) *configs.Config {
-	rules := []*devconfig.Rule{{Type: devconfig.WildcardDevice, Major: devconfig.Wildcard, Minor: devconfig.Wildcard, Permissions: "rwm"}}
-	var devs []*devconfig.Device
-	for _, d := range specconv.AllowedDevices {
-		if d.Path != "" {
-			devs = append(devs, d)
-			rules = append(rules, &d.Rule)
-		}
-	}
-	caps := []string{"CAP_KILL", "CAP_AUDIT_WRITE"}
-	return &configs.Config{
-		Rootfs:  b.rootfs,
-		Devices: devs,
-		Namespaces: configs.Namespaces{
-			{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
-			{Type: configs.NEWPID}, {Type: configs.NEWNET},
-		},
-		Networks:     []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
-		Capabilities: &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps},
-		Mounts: []*configs.Mount{
-			{Source: "proc", Destination: "/proc", Device: "proc", Flags: unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV},
-			{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755"},
-			{Source: "/usr", Destination: "/usr", Device: "bind", Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY},
-		},
-		Cgroups: &cgroups.Cgroup{
-			Path:      fmt.Sprintf("computerd-bench-bare-%d-%d", os.Getpid(), i),
-			Resources: &cgroups.Resources{Devices: rules},
-		},
-	}
-}
-
-// run creates, runs and destroys one container running true.
-func (b *bareRunner) run(i int) (time.Duration, error) {
-	// The container's init dies with the thread that forked it (see
-	// sandbox.Init): stay on one thread until it is gone.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	start := time.Now()
-	c, err := libcontainer.Create(b.stateDir, fmt.Sprintf("bare-%d", i), b.config(i))
+func startBare(path, dir string) (*bareClient, error) {
+	cmd := exec.Command(path, dir)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	p := &libcontainer.Process{Args: []string{"/usr/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Init: true}
-	if err := c.Run(p); err != nil {
-		_ = c.Destroy()
-		return 0, err
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	st, err := p.Wait()
-	if derr := c.Destroy(); err == nil {
-		err = derr
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
-	if err == nil && !st.Success() {
-		err = fmt.Errorf("true: %v", st)
+	return &bareClient{cmd: cmd, in: in, out: bufio.NewReader(out)}, nil
+}
+
+// run runs container i and returns how long its create, run and destroy took.
+func (b *bareClient) run(i int) (time.Duration, error) {
+	if _, err := fmt.Fprintf(b.in, "%d\n", i); err != nil {
+		return 0, fmt.Errorf("barerun: %w", err)
 	}
-	return time.Since(start), err
+	line, err := b.out.ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("barerun: %w", err)
+	}
+	line = strings.TrimSpace(line)
+	ns, err := strconv.ParseInt(line, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("barerun: %s", line)
+	}
+	return time.Duration(ns), nil
+}
+
+func (b *bareClient) close() {
+	b.in.Close()
+	b.cmd.Wait()
+}
+
+// buildTool builds one of the module's commands into dir, as `make build`
+// would: the exec suite runs containers from the binaries computerd uses.
+func buildTool(ctx context.Context, dir, name, pkg string) (string, error) {
+	p := filepath.Join(dir, name)
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", p, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return p, nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"computerd/computerd/daemon"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -130,7 +131,7 @@ func runSync(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	d, token, err := startDaemon(ctx, filepath.Join(env.Dir, "home"), true)
+	d, token, err := startDaemon(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "home"), NoExec: true})
 	if err != nil {
 		return err
 	}

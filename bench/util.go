@@ -169,10 +169,11 @@ func countOver(ds []time.Duration, d time.Duration) int {
 	return n
 }
 
-// startDaemon starts an in-process computerd on a random port with its data
-// under dir, and returns it with a token of tenant "bench".
-func startDaemon(ctx context.Context, dir string, noExec bool) (*daemon.Daemon, string, error) {
-	d, err := daemon.Start(ctx, daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", NoExec: noExec})
+// startDaemon starts an in-process computerd configured as cfg says, on a
+// random port, and returns it with a token of tenant "bench".
+func startDaemon(ctx context.Context, cfg daemon.Config) (*daemon.Daemon, string, error) {
+	cfg.Listen = "127.0.0.1:0"
+	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		return nil, "", err
 	}

@@ -151,6 +151,11 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	run := filepath.Join(d.cfg.DataDir, "run")
 	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper}
+	if sb.Helper != "" {
+		d.cfg.Log.Info("containers run from the sandbox helper", "helper", sb.Helper)
+	} else {
+		d.cfg.Log.Info("containers run from computerd itself (no computerd-sandbox helper)")
+	}
 	d.Runner = &runner.Runner{
 		Store: d.Store, Sandbox: sb, Metrics: d.Metrics, Log: d.cfg.Log,
 		Dir: run, DefaultTimeout: d.cfg.ExecTimeout,
