@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -239,6 +240,7 @@ func (m *Mount) open(dir string) error {
 		return fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
 	m.server = server
+	closeOnExecFuse()
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		server.Unmount()
@@ -930,6 +932,18 @@ func (m *Mount) Unmount(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+	case <-time.After(abortGrace):
+		// Detached, but the kernel keeps the connection: something still
+		// holds the file system (a descriptor, the mount namespace of a
+		// container not yet gone). End it.
+		if err := abortConnection(m.dev); err != nil {
+			uerr = errors.Join(uerr, err)
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
+		}
 	case <-ctx.Done():
 		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
 	}
@@ -1081,4 +1095,25 @@ func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// closeOnExecFuse marks this process's /dev/fuse descriptors close-on-exec.
+// go-fuse opens them without it, and a child started later (the sandbox
+// helper, a container's init) would otherwise hold every mount's
+// connection: the kernel would keep it after the unmount, for as long as
+// the child lives.
+func closeOnExecFuse() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			unix.CloseOnExec(fd)
+		}
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
 )
@@ -37,4 +40,32 @@ func TestSmoke(t *testing.T) {
 	}
 	ents, _ := os.ReadDir(dir)
 	t.Log(ents)
+}
+
+// TestFuseFdCloseOnExec checks that a mount's /dev/fuse descriptor is not
+// inherited by children: a child holding it would keep the connection
+// alive after the unmount (and Unmount waiting for it).
+func TestFuseFdCloseOnExec(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "/dev/fuse" {
+			continue
+		}
+		found++
+		fd, _ := strconv.Atoi(e.Name())
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC == 0 {
+			t.Fatalf("/dev/fuse descriptor %d is inherited by children (flags %#x, %v)", fd, flags, err)
+		}
+	}
+	if found == 0 {
+		t.Fatal("no /dev/fuse descriptor found")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +103,7 @@ func errorKind(err error) string {
 func HelperMain() {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
 	unix.CloseOnExec(helperFd) // never inherited by a container
+	closeInheritedFuse()
 	if os.Getppid() == 1 {
 		os.Exit(1) // the parent died before the signal was set
 	}
@@ -113,6 +115,25 @@ func HelperMain() {
 	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, NoSeccomp: cfg.NoSeccomp}
 	serveHelper(m, os.NewFile(helperFd, "computerd"))
 	os.Exit(0)
+}
+
+// closeInheritedFuse closes /dev/fuse descriptors the helper inherited
+// from a parent that did not mark them close-on-exec: held here, they
+// would keep the parent's FUSE connections alive after their unmount.
+func closeInheritedFuse() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= helperFd {
+			continue
+		}
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			unix.Close(fd)
+		}
+	}
 }
 
 func serveHelper(m *Manager, conn io.ReadWriteCloser) {
