@@ -936,6 +936,7 @@ func (m *Mount) Unmount(ctx context.Context) error {
 		// Detached, but the kernel keeps the connection: something still
 		// holds the file system (a descriptor, the mount namespace of a
 		// container not yet gone). End it.
+		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s was still in use after the unmount: connection aborted", m.mountDir))
 		if err := abortConnection(m.dev); err != nil {
 			uerr = errors.Join(uerr, err)
 		}
