@@ -72,9 +72,11 @@ var ReadonlyPaths = []string{
 	"/proc/sysrq-trigger",
 }
 
-// cgroupName is the container's cgroup, relative to this process's own
-// (cgroup v1: beneath it; v2: beside it). The StateDir hash keeps two
-// Managers' containers of the same ID apart.
+// CgroupName is the name of the cgroup container id gets, relative to
+// this process's own (cgroup v1: beneath it in each hierarchy; v2: beside
+// it). The StateDir hash keeps two Managers' containers of the same ID apart.
+func (m *Manager) CgroupName(id string) string { return m.cgroupName(id) }
+
 func (m *Manager) cgroupName(id string) string {
 	abs, err := filepath.Abs(m.StateDir)
 	if err != nil {

@@ -615,7 +615,7 @@ func TestSweepOrphans(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(m.StateDir, "containers")); len(ents) != 0 {
 		t.Errorf("state left after Sweep: %v", ents)
 	}
-	if cg := cgroupsNamed(t, "-orphan"); len(cg) > 0 {
+	if cg := cgroupsNamed(t, m.CgroupName("orphan")); len(cg) > 0 {
 		t.Errorf("cgroups left after Sweep: %v", cg)
 	}
 	// A second sweep finds nothing, and the Manager runs again.
@@ -627,14 +627,14 @@ func TestSweepOrphans(t *testing.T) {
 	}
 }
 
-// cgroupsNamed lists the cgroup directories, under this process's own
-// cgroups, whose name ends in suffix and that belong to computerd.
-func cgroupsNamed(t *testing.T, suffix string) []string {
+// cgroupsNamed lists the cgroup directories named name (see
+// Manager.CgroupName), under this process's own cgroups or at the root.
+func cgroupsNamed(t *testing.T, name string) []string {
 	t.Helper()
 	var found []string
-	matches, _ := filepath.Glob("/sys/fs/cgroup/*/computerd-*" + suffix)
+	matches, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
 	found = append(found, matches...)
-	matches, _ = filepath.Glob("/sys/fs/cgroup/computerd-*" + suffix)
+	matches, _ = filepath.Glob("/sys/fs/cgroup/" + name)
 	found = append(found, matches...)
 	b, _ := os.ReadFile("/proc/self/cgroup")
 	for _, line := range strings.Split(string(b), "\n") {
@@ -642,7 +642,7 @@ func cgroupsNamed(t *testing.T, suffix string) []string {
 		if len(parts) != 3 || parts[2] == "/" {
 			continue
 		}
-		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parts[2], "computerd-*"+suffix))
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parts[2], name))
 		found = append(found, m...)
 	}
 	return found
@@ -664,7 +664,7 @@ func TestSweepLive(t *testing.T) {
 		done <- res
 	}()
 	<-started
-	if len(cgroupsNamed(t, "-live")) == 0 {
+	if len(cgroupsNamed(t, m.CgroupName("live"))) == 0 {
 		t.Error("cannot see the running container's cgroups: the check below proves nothing")
 	}
 	other := &sandbox.Manager{StateDir: m.StateDir}
@@ -683,7 +683,7 @@ func TestSweepLive(t *testing.T) {
 	if left := hostProcs(t, mk); len(left) > 0 {
 		t.Errorf("processes left after Sweep: %v", left)
 	}
-	if cg := cgroupsNamed(t, "-live"); len(cg) > 0 {
+	if cg := cgroupsNamed(t, m.CgroupName("live")); len(cg) > 0 {
 		t.Errorf("cgroups left after Sweep: %v", cg)
 	}
 }
