@@ -193,6 +193,8 @@ func (s *Store) execList(ctx context.Context, query string, args ...any) ([]Exec
 // so this answers even if computerd died before updating the journal.
 func (s *Store) ExecRevision(ctx context.Context, ws int64, id string) (int64, error) {
 	var rev int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(max(rev), 0) FROM revisions WHERE ws = ? AND exec_id = ?`, ws, id).Scan(&rev)
+	// exec_id != '' lets SQLite use the partial index revisions_exec
+	// rather than scan every revision of ws.
+	err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(max(rev), 0) FROM revisions WHERE ws = ? AND exec_id = ? AND exec_id != ''`, ws, id).Scan(&rev)
 	return rev, wrapDB("exec revision", err)
 }

@@ -52,3 +52,32 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRevisionInfo checks that one revision is described as Log does it,
+// and that a revision never made is ErrUnknownRevision.
+func TestRevisionInfo(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	w, err := s.CreateWorkspace(ctx, "t", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{Source: fsstore.SourceExec, ExecID: "e1", Message: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := s.Log(ctx, w.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.RevisionInfo(ctx, w.ID, r.Rev)
+	if err != nil || got != log[0] || got.ExecID != "e1" || got.Message != "m" {
+		t.Fatalf("RevisionInfo: %+v %v, log %+v", got, err, log[0])
+	}
+	if rev, err := s.ExecRevision(ctx, w.ID, "e1"); err != nil || rev != r.Rev {
+		t.Fatalf("ExecRevision: %d %v", rev, err)
+	}
+	if _, err := s.RevisionInfo(ctx, w.ID, r.Rev+5); !errors.Is(err, fsstore.ErrUnknownRevision) {
+		t.Fatalf("missing revision: %v", err)
+	}
+}

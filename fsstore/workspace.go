@@ -197,9 +197,27 @@ func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]Revision, error
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions WHERE ws = ? ORDER BY rev DESC LIMIT ?`, ws, limit)
+	return s.revisions(ctx, "log", `WHERE ws = ? ORDER BY rev DESC LIMIT ?`, ws, limit)
+}
+
+// RevisionInfo describes revision rev of workspace ws (ErrUnknownRevision
+// if it is not retained).
+func (s *Store) RevisionInfo(ctx context.Context, ws, rev int64) (Revision, error) {
+	revs, err := s.revisions(ctx, "revision", `WHERE ws = ? AND rev = ?`, ws, rev)
 	if err != nil {
-		return nil, wrapDB("log", err)
+		return Revision{}, err
+	}
+	if len(revs) == 0 {
+		return Revision{}, fmt.Errorf("revision %d: %w", rev, ErrUnknownRevision)
+	}
+	return revs[0], nil
+}
+
+// revisions reads revision rows: SELECT ... FROM revisions, then where.
+func (s *Store) revisions(ctx context.Context, what, where string, args ...any) ([]Revision, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions `+where, args...)
+	if err != nil {
+		return nil, wrapDB(what, err)
 	}
 	defer rows.Close()
 	var out []Revision
@@ -207,10 +225,10 @@ func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]Revision, error
 		var r Revision
 		var t int64
 		if err := rows.Scan(&r.Rev, &t, &r.Source, &r.Tenant, &r.ExecID, &r.Message, &r.Changes); err != nil {
-			return nil, wrapDB("log", err)
+			return nil, wrapDB(what, err)
 		}
 		r.Time = time.Unix(0, t)
 		out = append(out, r)
 	}
-	return out, wrapDB("log", rows.Err())
+	return out, wrapDB(what, rows.Err())
 }

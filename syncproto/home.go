@@ -360,15 +360,14 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 	if rev, err := h.Store.ExecRevision(ctx, ws.ID, hdr.PushID); err != nil {
 		return PushResult{}, err
 	} else if rev > 0 {
-		revs, err := h.Store.Log(ctx, ws.ID, 0)
-		if err != nil {
+		r, err := h.Store.RevisionInfo(ctx, ws.ID, rev)
+		if err == nil {
+			return PushResult{Revision: r, Duplicate: true}, nil
+		}
+		if !errors.Is(err, fsstore.ErrUnknownRevision) {
 			return PushResult{}, err
 		}
-		for _, r := range revs {
-			if r.Rev == rev {
-				return PushResult{Revision: r, Duplicate: true}, nil
-			}
-		}
+		// Pruned since: applied again, as a new push.
 	}
 	if len(cs.Ops) == 0 {
 		return PushResult{}, nil
