@@ -4,7 +4,9 @@
 //
 // Every binary that runs containers must call Init first thing in main (and
 // test binaries in TestMain): the re-executed init never reaches the rest of
-// main.
+// main. A Manager whose Helper is set runs its containers in a helper
+// process instead (the small computerd-sandbox binary, whose main is
+// HelperMain), so that their init is not the caller's larger image.
 //
 // A container gets a read-only root (read-only binds of the host's system
 // directories, or a root directory of the caller's choosing), a tmpfs /tmp,
