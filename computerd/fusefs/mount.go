@@ -1113,6 +1113,9 @@ func closeOnExecFuse() {
 		if err != nil {
 			continue
 		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // gone, or not inherited anyway (most are)
+		}
 		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
 			unix.CloseOnExec(fd)
 		}
