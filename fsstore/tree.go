@@ -167,6 +167,12 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 			}
 		}
 	}
+	return v.visitSubdirs(p, subdirs, fn, nil, func(cp string, in *inode) error { return v.readTree(cp, in.ino, fn) })
+}
+
+// visitSubdirs gives fn each subdirectory of p, in order, and descends
+// into those it does not skip (SkipDir; skipped, if not nil, hears of them).
+func (v *view) visitSubdirs(p string, subdirs []subdir, fn TreeFunc, skipped func(string), descend func(string, *inode) error) error {
 	for _, d := range subdirs {
 		if err := v.ctx.Err(); err != nil {
 			return err
@@ -174,11 +180,14 @@ func (v *view) readTree(p string, dir uint64, fn TreeFunc) error {
 		cp := joinPath(p, d.name)
 		if err := fn(cp, d.in.stat(d.name, cp), nil); err != nil {
 			if errors.Is(err, SkipDir) {
+				if skipped != nil {
+					skipped(cp)
+				}
 				continue
 			}
 			return err
 		}
-		if err := v.readTree(cp, d.in.ino, fn); err != nil {
+		if err := descend(cp, d.in); err != nil {
 			return err
 		}
 	}

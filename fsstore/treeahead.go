@@ -173,7 +173,7 @@ func (t *treeAhead) fetch(job *aheadJob) error {
 	case <-job.stop:
 		return nil
 	case <-t.done:
-		return errors.New("read tree: stopped")
+		return errAheadStopped
 	default:
 	}
 	l := t.v.layers[0]
@@ -184,15 +184,17 @@ func (t *treeAhead) fetch(job *aheadJob) error {
 	defer rows.Close()
 	var batch []plusRow
 	var size int
-	send := func() error {
+	// send passes the batch on; false if the job is to end here (the
+	// consumer abandoned it, or the whole read is over: then an error).
+	send := func() (bool, error) {
 		select {
 		case job.rows <- batch:
 			batch, size = nil, 0
-			return nil
+			return true, nil
 		case <-job.stop:
-			return errJobDone
+			return false, nil
 		case <-t.done:
-			return errors.New("read tree: stopped")
+			return false, errAheadStopped
 		}
 	}
 	for rows.Next() {
@@ -203,8 +205,8 @@ func (t *treeAhead) fetch(job *aheadJob) error {
 		batch = append(batch, r)
 		size += len(r.data)
 		if size >= aheadBatch || len(batch) >= aheadBatchN {
-			if err := send(); err != nil {
-				return ignoreJobDone(err)
+			if ok, err := send(); !ok {
+				return err
 			}
 		}
 	}
@@ -212,20 +214,14 @@ func (t *treeAhead) fetch(job *aheadJob) error {
 		return err
 	}
 	if len(batch) > 0 {
-		return ignoreJobDone(send())
+		_, err := send()
+		return err
 	}
 	return nil
 }
 
-// errJobDone stops a worker whose job the consumer abandoned.
-var errJobDone = errors.New("read tree: job abandoned")
-
-func ignoreJobDone(err error) error {
-	if errors.Is(err, errJobDone) {
-		return nil
-	}
-	return err
-}
+// errAheadStopped ends a worker's job when the read it served is over.
+var errAheadStopped = errors.New("read tree: stopped")
 
 // consume visits directory p (whose own entry fn has seen) from its job,
 // then its subdirectories, as readTree does from queries of its own.
@@ -242,23 +238,7 @@ func (t *treeAhead) consume(p string, fn TreeFunc) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range subdirs {
-		if err := t.v.ctx.Err(); err != nil {
-			return err
-		}
-		cp := joinPath(p, d.name)
-		if err := fn(cp, d.in.stat(d.name, cp), nil); err != nil {
-			if errors.Is(err, SkipDir) {
-				t.skip(cp)
-				continue
-			}
-			return err
-		}
-		if err := t.consume(cp, fn); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.v.visitSubdirs(p, subdirs, fn, t.skip, func(cp string, _ *inode) error { return t.consume(cp, fn) })
 }
 
 // next returns the next job in order, dropping those of skipped trees.
