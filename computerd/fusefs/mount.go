@@ -278,6 +278,11 @@ func (m *Mount) unmountKernel(ctx context.Context) error {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		if err == nil {
+			// Unmounted or detached: done once the kernel ends the
+			// connection (go-fuse waits for that only after an unmount).
+			m.server.Wait()
+		}
 		done <- err
 	}()
 	select {
@@ -286,10 +291,11 @@ func (m *Mount) unmountKernel(ctx context.Context) error {
 	case <-time.After(abortGrace):
 	case <-ctx.Done():
 	}
+	still := fmt.Errorf("fusefs: %s was still in use after the unmount: connection aborted", m.mountDir)
 	aerr := abortConnection(m.dev)
 	select {
 	case err := <-done:
-		return err
+		return errors.Join(still, aerr, err)
 	case <-ctx.Done():
 		return errors.Join(aerr, fmt.Errorf("fusefs: %s: the kernel did not end the connection: %w", m.mountDir, ctx.Err()))
 	}
@@ -932,19 +938,6 @@ func (m *Mount) Unmount(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-	case <-time.After(abortGrace):
-		// Detached, but the kernel keeps the connection: something still
-		// holds the file system (a descriptor, the mount namespace of a
-		// container not yet gone). End it.
-		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s was still in use after the unmount: connection aborted", m.mountDir))
-		if err := abortConnection(m.dev); err != nil {
-			uerr = errors.Join(uerr, err)
-		}
-		select {
-		case <-done:
-		case <-ctx.Done():
-			uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
-		}
 	case <-ctx.Done():
 		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
 	}
