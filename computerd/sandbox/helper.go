@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -103,7 +102,7 @@ func errorKind(err error) string {
 func HelperMain() {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
 	unix.CloseOnExec(helperFd) // never inherited by a container
-	closeInheritedFuse()
+	closeInherited()
 	if os.Getppid() == 1 {
 		os.Exit(1) // the parent died before the signal was set
 	}
@@ -117,10 +116,12 @@ func HelperMain() {
 	os.Exit(0)
 }
 
-// closeInheritedFuse closes /dev/fuse descriptors the helper inherited
-// from a parent that did not mark them close-on-exec: held here, they
-// would keep the parent's FUSE connections alive after their unmount.
-func closeInheritedFuse() {
+// closeInherited closes the descriptors the helper inherited beyond its
+// socket: anything its parent left open without close-on-exec (go-fuse's
+// /dev/fuse descriptors, for one) would otherwise live as long as the
+// helper, holding the parent's FUSE connections after their unmount. The
+// Go runtime's own descriptors are all close-on-exec, so they stay.
+func closeInherited() {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return
@@ -130,7 +131,7 @@ func closeInheritedFuse() {
 		if err != nil || fd <= helperFd {
 			continue
 		}
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
 			unix.Close(fd)
 		}
 	}
@@ -328,19 +329,20 @@ func (c *helperClient) send(msg helperMsg, r *remoteRun) (uint64, error) {
 	return msg.Req, nil
 }
 
-// inMemory returns the bytes of an in-memory reader without consuming it.
+// inMemory returns the unread bytes of an in-memory reader (a
+// *bytes.Reader or *strings.Reader) without consuming them.
 func inMemory(r io.Reader) ([]byte, bool) {
-	switch r := r.(type) {
-	case *bytes.Reader:
-		b := make([]byte, r.Len())
-		_, _ = r.ReadAt(b, r.Size()-int64(r.Len()))
-		return b, true
-	case *strings.Reader:
-		b := make([]byte, r.Len())
-		_, _ = r.ReadAt(b, r.Size()-int64(r.Len()))
-		return b, true
+	mem, ok := r.(interface {
+		io.ReaderAt
+		Len() int
+		Size() int64
+	})
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	b := make([]byte, mem.Len())
+	_, _ = mem.ReadAt(b, mem.Size()-int64(mem.Len()))
+	return b, true
 }
 
 // runHelper is Run through the helper; ok is false if spec cannot go to
