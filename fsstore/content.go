@@ -224,10 +224,11 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64
 		return nil, ErrClosed
 	}
 	ids := make([]int64, 0, len(chunks))
+	var content int64
 	for _, p := range chunks {
-		s.txBytes += int64(len(p.data))
+		content += int64(len(p.data))
 	}
-	err := s.inTx(ctx, func() error {
+	err := s.inTxSized(ctx, content, func() error {
 		for _, p := range chunks {
 			id, err := putChunk(ctx, s.wq, p.hash, p.data)
 			if err != nil {

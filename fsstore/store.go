@@ -65,7 +65,6 @@ type Store struct {
 	rq        *queries
 	cdb       *sql.DB       // the checkpointer's connection
 	ckpt      *checkpointer // nil until the store is open
-	txBytes   int64         // chunk bytes of the transaction being written (wmu)
 	adb       *sql.DB       // read-only connections of a ReadTree reading ahead
 	aq        *queries      // statements on adb
 	ahead     chan struct{} // held by the ReadTree reading ahead
@@ -294,8 +293,13 @@ func (s *Store) loadSettings(ctx context.Context) error {
 
 // inTx runs fn inside BEGIN IMMEDIATE ... COMMIT on the writer connection,
 // rolling back if fn fails. The caller holds wmu, or is Open.
-func (s *Store) inTx(ctx context.Context, fn func() error) (err error) {
-	defer func() { s.txBytes = 0 }()
+func (s *Store) inTx(ctx context.Context, fn func() error) error {
+	return s.inTxSized(ctx, 0, fn)
+}
+
+// inTxSized is inTx for a transaction that writes about content bytes of
+// chunks, which the checkpointer counts.
+func (s *Store) inTxSized(ctx context.Context, content int64, fn func() error) (err error) {
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -312,7 +316,7 @@ func (s *Store) inTx(ctx context.Context, fn func() error) (err error) {
 	if _, err = s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if s.ckpt != nil && s.ckpt.committed(s.txBytes) {
+	if s.ckpt != nil && s.ckpt.committed(content) {
 		// The checkpointer is far behind: copy the WAL here, as SQLite's
 		// own automatic checkpoint would.
 		s.wconn.ExecContext(context.WithoutCancel(ctx), "PRAGMA wal_checkpoint(PASSIVE)")
