@@ -26,7 +26,7 @@ func start(t *testing.T, limits api.Limits) *env {
 	t.Helper()
 	dir := t.TempDir()
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Limits: limits,
-		SandboxHelper: sandboxHelper})
+		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of an exec", Value: 10 * time.Minute},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
+			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, for execs with the default limits (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
 		Action: serve,
 	}
@@ -55,6 +56,9 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if w := c.Int("sandbox-warm"); w < 0 || w > maxSandboxWarm {
+		return fmt.Errorf("--sandbox-warm %d: want 0 to %d", w, maxSandboxWarm)
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
 		DataDir:       c.String("data"),
 		Listen:        c.String("listen"),
@@ -66,6 +70,7 @@ func serve(c *cli.Context) error {
 		NoExec:        c.Bool("no-exec"),
 		ExecTimeout:   c.Duration("exec-timeout"),
 		SandboxHelper: helper,
+		SandboxWarm:   c.Int("sandbox-warm"),
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),
@@ -145,6 +150,10 @@ func tokenCommand() *cli.Command {
 		},
 	}
 }
+
+// maxSandboxWarm bounds --sandbox-warm: each warm container holds a
+// process, a cgroup and its namespaces while it waits.
+const maxSandboxWarm = 64
 
 // sandboxHelper resolves --sandbox-helper: "auto" is computerd-sandbox in
 // computerd's own directory if it is there (in-process otherwise), "none"

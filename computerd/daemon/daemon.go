@@ -43,6 +43,10 @@ type Config struct {
 	// SandboxHelper is the computerd-sandbox binary that runs the
 	// containers (see sandbox.Manager.Helper); empty runs them in-process.
 	SandboxHelper string
+	// SandboxWarm is how many containers are kept made ahead of need, so
+	// that an exec with the default limits starts at once (see
+	// sandbox.Manager.Warm); 0 makes each when its exec comes.
+	SandboxWarm int
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration
 	// Home, if set, makes this daemon an executor of the home computerd at
@@ -52,6 +56,9 @@ type Config struct {
 
 // DefaultListen is the API's default address: loopback only.
 const DefaultListen = "127.0.0.1:7777"
+
+// DefaultSandboxWarm is computerd serve's --sandbox-warm.
+const DefaultSandboxWarm = 2
 
 // Daemon is a running computerd.
 type Daemon struct {
@@ -150,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 // orphaned containers and mounts go, interrupted execs' writes are kept.
 func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	run := filepath.Join(d.cfg.DataDir, "run")
-	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper}
+	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
+		Warm: d.cfg.SandboxWarm}
 	if sb.Helper != "" {
 		d.cfg.Log.Info("containers run from the sandbox helper", "helper", sb.Helper)
 	} else {
@@ -165,6 +173,12 @@ func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	}
 	if err := d.Runner.Recover(ctx); err != nil {
 		return fmt.Errorf("exec recovery: %w", err)
+	}
+	if sb.Warm > 0 {
+		if err := sb.Warmup(); err != nil {
+			// Execs still run, each making its container.
+			d.cfg.Log.Warn("no warm containers", "err", err)
+		}
 	}
 	return nil
 }

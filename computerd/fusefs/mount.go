@@ -25,6 +25,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"computerd/computerd/mountinfo"
 	"computerd/fsstore"
 )
 
@@ -988,45 +989,16 @@ func CleanupStale(dir string) error {
 
 // isFuseMount reports whether a FUSE file system is mounted at dir.
 func isFuseMount(dir string) (bool, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return false, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || unescapeMount(f[4]) != dir {
-			continue
-		}
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				if strings.HasPrefix(f[i+1], "fuse") {
-					return true, nil
-				}
-				break
-			}
+	for _, m := range mounts {
+		if m.Point == dir && strings.HasPrefix(m.FSType, "fuse") {
+			return true, nil
 		}
 	}
 	return false, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Recovered reports what Recover did with one draft.

@@ -86,7 +86,12 @@ func (m *Manager) cgroupName(id string) string {
 	return "computerd-" + hex.EncodeToString(h[:4]) + "-" + id
 }
 
-// config is the libcontainer configuration of one container.
+// lateWorkspace, as config's workspace, leaves /workspace to be mounted
+// after the container is made (a warm container's).
+const lateWorkspace = "\x00late"
+
+// config is the libcontainer configuration of one container. workspace is
+// the host directory to bind at /workspace; empty means a tmpfs there.
 func (m *Manager) config(id, rootfs string, hostRoot bool, workspace string, l Limits) (*configs.Config, error) {
 	const (
 		noExecSuidDev = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
@@ -115,15 +120,17 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, workspace string, l L
 		Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
 		Data: "mode=1777,size=" + strconv.FormatInt(l.Tmp, 10),
 	})
-	if workspace != "" {
-		mounts = append(mounts, &configs.Mount{
-			Source: workspace, Destination: "/workspace", Device: "bind",
-			Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
-		})
-	} else {
+	switch workspace {
+	case lateWorkspace:
+	case "":
 		mounts = append(mounts, &configs.Mount{
 			Source: "tmpfs", Destination: "/workspace", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
 			Data: "mode=755,size=" + strconv.FormatInt(l.Tmp, 10),
+		})
+	default:
+		mounts = append(mounts, &configs.Mount{
+			Source: workspace, Destination: "/workspace", Device: "bind",
+			Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
 		})
 	}
 

@@ -41,6 +41,7 @@ type helperConfig struct {
 	Timeout   time.Duration `json:"timeout"`
 	HostDirs  []string      `json:"host_dirs"`
 	NoSeccomp bool          `json:"no_seccomp"`
+	Warm      int           `json:"warm"`
 }
 
 // helperSpec is a Spec on the wire.
@@ -111,8 +112,13 @@ func HelperMain() {
 		fmt.Fprintln(os.Stderr, "computerd-sandbox: started by computerd only (bad configuration argument)")
 		os.Exit(2)
 	}
-	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, NoSeccomp: cfg.NoSeccomp}
+	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, NoSeccomp: cfg.NoSeccomp, Warm: cfg.Warm}
+	if err := m.Warmup(); err != nil {
+		// Runs still work: each makes its container.
+		fmt.Fprintln(os.Stderr, "computerd-sandbox: no warm containers:", err)
+	}
 	serveHelper(m, os.NewFile(helperFd, "computerd"))
+	m.Close()
 	os.Exit(0)
 }
 
@@ -202,7 +208,8 @@ func serveHelper(m *Manager, conn io.ReadWriteCloser) {
 
 // helperClient is a Manager's connection to its helper.
 type helperClient struct {
-	conn *os.File
+	conn   *os.File
+	exited chan struct{} // closed when the helper process has ended
 	mu   sync.Mutex // enc, next, runs, err
 	enc  *json.Encoder
 	next uint64
@@ -228,7 +235,7 @@ func (m *Manager) helper() (*helperClient, error) {
 			return c, nil
 		}
 	}
-	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, NoSeccomp: m.NoSeccomp})
+	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, NoSeccomp: m.NoSeccomp, Warm: m.Warm})
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +260,9 @@ func (m *Manager) helper() (*helperClient, error) {
 	// The parent-death signal fires when the thread that forked the helper
 	// ends: fork it from a thread locked for the helper's whole life.
 	started := make(chan error, 1)
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		runtime.LockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
@@ -269,7 +278,7 @@ func (m *Manager) helper() (*helperClient, error) {
 		parent.Close()
 		return nil, fmt.Errorf("sandbox helper %s: %w", m.Helper, err)
 	}
-	c := &helperClient{conn: parent, enc: json.NewEncoder(parent), runs: map[uint64]*remoteRun{}}
+	c := &helperClient{conn: parent, exited: exited, enc: json.NewEncoder(parent), runs: map[uint64]*remoteRun{}}
 	go c.read()
 	m.helperConn = c
 	return c, nil
@@ -383,15 +392,25 @@ func (m *Manager) runHelper(ctx context.Context, spec Spec, out func(Event)) (re
 	return res, true, err
 }
 
-// Close stops the Manager's helper, if it started one: the runs it still
-// has are killed. In-process runs are not affected.
+// Close stops the Manager's helper, if it started one, and waits (up to
+// killGrace) for it to end: the runs it still has are killed and its
+// containers destroyed. It destroys the unused warm containers, and waits
+// for in-process Runs on warm containers to end; other in-process runs
+// are not affected.
 func (m *Manager) Close() error {
+	m.closePool()
 	m.helperMu.Lock()
 	defer m.helperMu.Unlock()
-	if m.helperConn == nil {
+	c := m.helperConn
+	if c == nil {
 		return nil
 	}
-	err := m.helperConn.conn.Close()
 	m.helperConn = nil
+	err := c.conn.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(killGrace):
+		err = errors.Join(err, errors.New("sandbox helper: still running after Close"))
+	}
 	return err
 }

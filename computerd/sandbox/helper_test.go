@@ -113,6 +113,18 @@ func TestHelper(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A helper keeps the warm containers of its Manager.
+	wm := MustManager(t)
+	wm.Helper, wm.Warm = m.Helper, 1
+	if err := wm.Warmup(); err != nil {
+		t.Fatal(err)
+	}
+	if res, o := runWarm(t, wm, sandbox.Spec{Argv: []string{"cat"}, Stdin: strings.NewReader("warm\n")}); o.stream(sandbox.Stdout) != "warm\n" {
+		t.Fatalf("warm run through the helper: %+v %q", res, o.stream(sandbox.Stdout))
+	}
+	if err := wm.Close(); err != nil {
+		t.Fatal(err)
+	}
 	deadline = time.Now().Add(10 * time.Second)
 	for len(helperPids(t, m.Helper)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

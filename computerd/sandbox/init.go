@@ -17,6 +17,17 @@ import (
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 )
 
+// libcontainer moves threads it has locked into a container's mount
+// namespace (and so does mountWorkspace), counting on the runtime to end
+// each thread with its goroutine. The runtime cannot end the main thread:
+// it would stay in that namespace for good, holding the container's mounts
+// (a workspace's FUSE connection among them), and /proc/self would show
+// that namespace. Locking the main goroutine to the main thread from an
+// init function (main then runs there too) keeps other goroutines off it.
+func init() {
+	runtime.LockOSThread()
+}
+
 // sealedEnv marks a process that Init has re-executed from a sealed copy
 // of its binary, so that it never tries twice.
 const sealedEnv = "COMPUTERD_SANDBOX_SEALED"
@@ -29,12 +40,18 @@ const sealedEnv = "COMPUTERD_SANDBOX_SEALED"
 // sets the init to die with its supervisor, starts the seccomp agent, and
 // hands over to libcontainer, which ends by executing the command.
 //
+// When it is the stub of a warm container (see Manager.Warm), Init waits
+// for the container's command and executes it; it never returns.
+//
 // In the binary's ordinary runs as root, Init re-executes the process once
 // from a sealed in-memory copy of its binary (see sealSelf), then returns
 // in the new image; otherwise it returns at once.
 func Init() {
 	if len(os.Args) >= 2 && os.Args[1] == "init" && os.Getenv("_LIBCONTAINER_INITPIPE") != "" {
 		containerInit()
+	}
+	if isStub() {
+		stubMain()
 	}
 	sealSelf()
 }

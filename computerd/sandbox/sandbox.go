@@ -190,12 +190,21 @@ type Manager struct {
 	// Helper is the path of the helper binary (computerd-sandbox) that runs
 	// the containers; empty runs them in this process. See HelperMain.
 	Helper string
+	// Warm is how many containers the Manager keeps made ahead of need, for
+	// Runs with the default root and limits (see Run): 0 makes every
+	// container when its Run comes. Set it before the first Run; the
+	// containers are made from then on (or from Warmup) until Close.
+	Warm int
 
 	prepMu   sync.Mutex
 	prepared bool
 
 	helperMu   sync.Mutex
 	helperConn *helperClient
+
+	poolMu     sync.Mutex
+	pool       *warmPool
+	poolClosed bool
 }
 
 func (m *Manager) containersDir() string { return filepath.Join(m.StateDir, "containers") }
@@ -208,6 +217,11 @@ func (m *Manager) rootDir() string       { return filepath.Join(m.StateDir, "roo
 // that ran and failed is not an error: see Result. Run returns an error
 // wrapping ErrInvalidSpec or ErrStart when the command did not run, and
 // ErrNotReaped (with a Result) when killed processes would not die.
+//
+// With Warm set, a Run whose Spec keeps the default root and limits and
+// whose Stdin is not an *os.File takes a container made ahead of time
+// (see Manager.Warm); the others, and all Runs while none is ready, create
+// theirs on the spot.
 func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
 	if out == nil {
 		out = func(Event) {}
@@ -221,9 +235,11 @@ func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{ID: r.id}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStart, context.Cause(ctx))
+		return Result{ID: r.id}, fmt.Errorf("%w: %w", ErrStart, context.Cause(ctx))
+	}
+	if res, ok, err := m.runWarm(ctx, r, spec, out); ok {
+		return res, err
 	}
 
 	// The container's init gets SIGKILL when the thread that forked it
@@ -232,116 +248,163 @@ func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	c, err := libcontainer.Create(m.containersDir(), r.id, r.config)
-	if err != nil {
-		return res, fmt.Errorf("%w: create %s: %w", ErrStart, r.id, err)
+	p := &libcontainer.Process{Args: spec.Argv, Env: r.env, Cwd: r.cwd, Init: true}
+	pipeStdin := false
+	if f, ok := spec.Stdin.(*os.File); ok {
+		p.Stdin = f
+	} else {
+		pipeStdin = spec.Stdin != nil
 	}
-	var destroyOnce sync.Once
-	destroy := func() { destroyOnce.Do(func() { _ = c.Destroy() }) }
-	detached := false // the container outlives Run (ErrNotReaped)
+	k, err := m.startContainer(r.id, r.config, p, pipeStdin)
+	if err != nil {
+		return Result{ID: r.id}, err
+	}
+	return m.finish(ctx, k, spec.Stdin, m.timeout(spec), time.Now(), out)
+}
+
+func (m *Manager) timeout(spec Spec) time.Duration {
+	if spec.Timeout != 0 {
+		return spec.Timeout
+	}
+	return m.Timeout
+}
+
+// container is a started container and the parent's ends of its
+// process's pipes.
+type container struct {
+	id               string
+	c                *libcontainer.Container
+	p                *libcontainer.Process
+	stdoutR, stderrR *os.File
+	stdinW           *os.File // the command's stdin pipe, if it has one
+	waitDone         chan waitResult
+	destroyOnce      sync.Once
+}
+
+func (k *container) destroy() { k.destroyOnce.Do(func() { _ = k.c.Destroy() }) }
+
+// closePipes closes the parent's ends of the process's pipes.
+func (k *container) closePipes() {
+	for _, f := range []*os.File{k.stdoutR, k.stderrR, k.stdinW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// startContainer creates container id and starts p in it as its init, up
+// to the exec of p.Args: the container is set up, the seccomp filter is in
+// place and the command runs. It gives p pipes for stdout and stderr, and
+// for stdin if pipeStdin (p.Stdin is left alone otherwise: nil is
+// /dev/null), and passes extra as descriptors 3, 4, ... (after the
+// seccomp handshake's socket). The caller's thread must stay locked until
+// the container is destroyed. On error nothing is left behind (unless
+// killed processes would not die: they are destroyed when they do).
+func (m *Manager) startContainer(id string, cfg *configs.Config, p *libcontainer.Process, pipeStdin bool, extra ...*os.File) (*container, error) {
+	c, err := libcontainer.Create(m.containersDir(), id, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create %s: %w", ErrStart, id, err)
+	}
+	k := &container{id: id, c: c, p: p, waitDone: make(chan waitResult, 1)}
+	var childEnds []*os.File // closed once the init has them
 	defer func() {
-		if !detached {
-			destroy()
+		for _, f := range childEnds {
+			f.Close()
 		}
 	}()
-
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStart, err)
+	failEarly := func(err error) (*container, error) {
+		k.closePipes()
+		k.destroy()
+		return nil, fmt.Errorf("%w: %s: %w", ErrStart, id, err)
 	}
-	defer stdoutR.Close()
-	defer stdoutW.Close()
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStart, err)
+	var stdoutW, stderrW *os.File
+	if k.stdoutR, stdoutW, err = os.Pipe(); err != nil {
+		return failEarly(err)
 	}
-	defer stderrR.Close()
-	defer stderrW.Close()
-
-	p := &libcontainer.Process{
-		Args:   spec.Argv,
-		Env:    r.env,
-		Cwd:    r.cwd,
-		Stdout: stdoutW,
-		Stderr: stderrW,
-		Init:   true,
+	childEnds = append(childEnds, stdoutW)
+	if k.stderrR, stderrW, err = os.Pipe(); err != nil {
+		return failEarly(err)
 	}
-	var stdinW *os.File
-	if spec.Stdin != nil {
-		if f, ok := spec.Stdin.(*os.File); ok {
-			p.Stdin = f
-		} else {
-			var stdinR *os.File
-			stdinR, stdinW, err = os.Pipe()
-			if err != nil {
-				return res, fmt.Errorf("%w: %w", ErrStart, err)
-			}
-			defer stdinR.Close()
-			defer stdinW.Close()
-			p.Stdin = stdinR
+	childEnds = append(childEnds, stderrW)
+	p.Stdout, p.Stderr = stdoutW, stderrW
+	if pipeStdin {
+		var stdinR *os.File
+		if stdinR, k.stdinW, err = os.Pipe(); err != nil {
+			return failEarly(err)
 		}
+		childEnds = append(childEnds, stdinR)
+		p.Stdin = stdinR
 	}
 	var sc *seccompConn
 	if !m.NoSeccomp {
 		if sc, err = newSeccompConn(); err != nil {
-			return res, fmt.Errorf("%w: %w", ErrStart, err)
+			return failEarly(err)
 		}
 		defer sc.Close()
-		p.ExtraFiles = []*os.File{sc.child}
+		p.ExtraFiles = append(p.ExtraFiles, sc.child)
 	}
+	p.ExtraFiles = append(p.ExtraFiles, extra...)
 
-	start := time.Now()
 	if err := c.Start(p); err != nil {
-		return res, fmt.Errorf("%w: %s: %w", ErrStart, r.id, err)
+		return failEarly(err)
 	}
 	// From here on the init process exists: every exit path kills it.
-	stdoutW.Close()
-	stderrW.Close()
-	if p.Stdin != nil {
-		if f, ok := p.Stdin.(*os.File); ok && f != spec.Stdin {
-			f.Close()
-		}
-	}
-	waitDone := make(chan waitResult, 1)
 	go func() {
 		st, err := p.Wait()
-		waitDone <- waitResult{st, err}
+		k.waitDone <- waitResult{st, err}
 	}()
-	fail := func(err error) (Result, error) {
-		m.kill(c, p)
-		select {
-		case <-waitDone:
-		case <-time.After(killGrace):
-			detached = true
-			go func() { <-waitDone; destroy() }()
-		}
-		return res, fmt.Errorf("%w: %s: %w", ErrStart, r.id, err)
-	}
 	if sc != nil {
 		if err := sc.apply(); err != nil {
-			return fail(err)
+			return nil, m.abort(k, err)
 		}
 	}
 	if err := c.Exec(); err != nil {
-		return fail(err)
+		return nil, m.abort(k, err)
 	}
+	return k, nil
+}
 
-	if stdinW != nil {
+// abort kills a started container whose command must not run, and
+// returns err as a start error. The container is destroyed once its
+// processes are dead.
+func (m *Manager) abort(k *container, err error) error {
+	m.kill(k.c, k.p)
+	k.closePipes()
+	select {
+	case <-k.waitDone:
+		k.destroy()
+	case <-time.After(killGrace):
+		go func() { <-k.waitDone; k.destroy() }()
+	}
+	return fmt.Errorf("%w: %s: %w", ErrStart, k.id, err)
+}
+
+// finish sees a started command through: it feeds it stdin, streams its
+// output to out, kills it when it ends (or at timeout, or when ctx is
+// done), and destroys the container. start is when the command started.
+func (m *Manager) finish(ctx context.Context, k *container, stdin io.Reader, timeout time.Duration, start time.Time, out func(Event)) (Result, error) {
+	res := Result{ID: k.id}
+	detached := false // the container outlives Run (ErrNotReaped)
+	defer func() {
+		if !detached {
+			k.destroy()
+		}
+	}()
+	defer k.closePipes()
+	if k.stdinW != nil {
+		w := k.stdinW
+		k.stdinW = nil // the copy closes it
 		go func() {
-			_, _ = io.Copy(stdinW, spec.Stdin)
-			stdinW.Close()
+			_, _ = io.Copy(w, stdin)
+			w.Close()
 		}()
 	}
 	o := &outputs{out: out}
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go func() { defer pumps.Done(); res.Stdout = o.pump(stdoutR, Stdout) }()
-	go func() { defer pumps.Done(); res.Stderr = o.pump(stderrR, Stderr) }()
+	go func() { defer pumps.Done(); res.Stdout = o.pump(k.stdoutR, Stdout) }()
+	go func() { defer pumps.Done(); res.Stderr = o.pump(k.stderrR, Stderr) }()
 
-	timeout := spec.Timeout
-	if timeout == 0 {
-		timeout = m.Timeout
-	}
 	var timer <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -352,7 +415,7 @@ func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, 
 	var wr waitResult
 	var reaped bool
 	select {
-	case wr = <-waitDone:
+	case wr = <-k.waitDone:
 		reaped = true
 	case <-timer:
 		res.TimedOut = true
@@ -361,25 +424,25 @@ func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, 
 	}
 	// The command's end ends the container: when the init of a PID
 	// namespace dies the kernel kills the rest, and kill makes sure.
-	m.kill(c, p)
+	m.kill(k.c, k.p)
 	if !reaped {
 		select {
-		case wr = <-waitDone:
+		case wr = <-k.waitDone:
 			reaped = true
 		case <-time.After(killGrace):
 		}
 	}
 	res.Duration = time.Since(start)
 	if !reaped {
-		// Leave the pipes and the container to the waiter; they go when the
-		// processes finally die.
-		stdoutR.Close()
-		stderrR.Close()
+		// Leave the container to the waiter; it goes when the processes
+		// finally die.
+		k.stdoutR.Close()
+		k.stderrR.Close()
 		pumps.Wait()
 		res.ExitCode, res.Signal = -1, unix.SIGKILL
 		detached = true
-		go func() { <-waitDone; destroy() }()
-		return res, fmt.Errorf("%w: %s", ErrNotReaped, r.id)
+		go func() { <-k.waitDone; k.destroy() }()
+		return res, fmt.Errorf("%w: %s", ErrNotReaped, k.id)
 	}
 
 	// All writers are dead; drain what they wrote. A grace period guards
@@ -389,16 +452,16 @@ func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, 
 	select {
 	case <-drained:
 	case <-time.After(killGrace):
-		stdoutR.Close()
-		stderrR.Close()
+		k.stdoutR.Close()
+		k.stderrR.Close()
 		<-drained
 	}
 
 	res.ExitCode, res.Signal = exitStatus(wr)
 	if res.ExitCode != 0 {
-		res.OOMKills = oomKills(c)
+		res.OOMKills = oomKills(k.c)
 	}
-	destroy()
+	k.destroy()
 	return res, nil
 }
 
@@ -439,6 +502,7 @@ type run struct {
 	id     string
 	env    []string
 	cwd    string
+	limits Limits
 	config *configs.Config
 }
 
@@ -507,7 +571,7 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run{id: id, env: env, cwd: cwd, config: cfg}, nil
+	return &run{id: id, env: env, cwd: cwd, limits: limits, config: cfg}, nil
 }
 
 func validateID(id string) error {

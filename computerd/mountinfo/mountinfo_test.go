@@ -1,0 +1,62 @@
+package mountinfo
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a/b`:             "/a/b",
+		`/a\040b`:          "/a b",
+		`/x\011y\012z\134`: "/x\ty\nz\\",
+		`/trailing\04`:     `/trailing\04`,
+	} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestReadAndUnder(t *testing.T) {
+	mounts, err := Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Point == "/" && m.FSType != "" }) {
+		t.Fatalf("no root mount in %v", mounts)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "with space")
+	inner := filepath.Join(dir, "inner")
+	if err := os.MkdirAll(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", inner, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(inner, unix.MNT_DETACH)
+	got, err := Under(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{inner, dir}; !slices.Equal(got, want) {
+		t.Fatalf("Under(%q) = %q, want %q (deepest first)", dir, got, want)
+	}
+	if got, _ := Under(dir + "x"); len(got) != 0 {
+		t.Fatalf("Under of a sibling prefix = %q", got)
+	}
+}

@@ -1,0 +1,200 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"computerd/computerd/mountinfo"
+	"computerd/computerd/sandbox"
+)
+
+// TestWarm runs the behaviour tests again on Managers that keep warm
+// containers (MustManager gives TestWarm's subtests Warm: 2), then checks
+// what only the pool does.
+func TestWarm(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"OutputStreaming", TestOutputStreaming},
+		{"PartialLineFlushed", TestPartialLineFlushed},
+		{"ExitCodesAndSignals", TestExitCodesAndSignals},
+		{"Stdin", TestStdin},
+		{"TimeoutKillsTree", TestTimeoutKillsTree},
+		{"CancelKills", TestCancelKills},
+		{"EndOfCommandKillsBackground", TestEndOfCommandKillsBackground},
+		{"NoNetwork", TestNoNetwork},
+		{"ReadOnlyRootAndWorkspace", TestReadOnlyRootAndWorkspace},
+		{"Isolation", TestIsolation},
+		{"ConcurrentRuns", TestConcurrentRuns},
+		{"InvalidSpecs", TestInvalidSpecs},
+		{"Pool", testWarmPool},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// warmIDs lists the warm containers in m's state directory.
+func warmIDs(m *sandbox.Manager) []string {
+	ents, _ := os.ReadDir(filepath.Join(m.StateDir, "containers"))
+	var ids []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "warm-") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}
+
+// cgroupPids lists the processes in container id's cgroup.
+func cgroupPids(t *testing.T, m *sandbox.Manager, id string) []int {
+	var pids []int
+	for _, dir := range cgroupsNamed(t, m.CgroupName(id)) {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// runWarm runs spec until a warm container serves it (the pool fills in
+// the background), and returns that run.
+func runWarm(t *testing.T, m *sandbox.Manager, spec sandbox.Spec) (sandbox.Result, *output) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, o := MustRun(t, m, spec)
+		if strings.HasPrefix(res.ID, "warm-") {
+			return res, o
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no run served by a warm container in 10 s (last %+v; pool: %v)", res, m.WarmError())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testWarmPool(t *testing.T) {
+	m := MustManager(t)
+	if err := m.Warmup(); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+	res, o := runWarm(t, m, sandbox.Spec{Argv: sh("pwd; echo hi > f"), WorkspaceDir: ws, Cwd: "sub"})
+	if got := o.stream(sandbox.Stdout); res.ExitCode != 0 || got != "/workspace/sub\n" {
+		t.Fatalf("warm run: %+v stdout %q stderr %q", res, got, o.stream(sandbox.Stderr))
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "sub", "f")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("the warm container's write is not in the workspace: %q %v", b, err)
+	}
+	// The workspace was mounted in the container's namespace, not the host's.
+	if points, err := mountinfo.Under(m.StateDir); err != nil || len(points) > 0 {
+		t.Errorf("mounts under %s after the run: %q %v", m.StateDir, points, err)
+	}
+	// A Spec's workspace mount is nosuid and nodev in a warm container too.
+	res, o = runWarm(t, m, sandbox.Spec{Argv: sh("grep ' /workspace ' /proc/self/mountinfo"), WorkspaceDir: ws})
+	if opts := strings.Fields(o.stream(sandbox.Stdout)); res.ExitCode != 0 || strings.Count(o.stream(sandbox.Stdout), "\n") != 1 || len(opts) < 6 ||
+		!strings.Contains(opts[5], "nosuid") || !strings.Contains(opts[5], "nodev") {
+		t.Errorf("workspace mount in a warm container: %q", o.stream(sandbox.Stdout))
+	}
+
+	// Runs that do not fit the pool's containers make their own.
+	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: sandbox.Limits{Memory: 64 << 20}})
+	if strings.HasPrefix(res.ID, "warm-") {
+		t.Errorf("a run with its own memory limit ran warm: %+v", res)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Stdin: null})
+	if strings.HasPrefix(res.ID, "warm-") {
+		t.Errorf("a run with a file for stdin ran warm: %+v", res)
+	}
+
+	// The pool refills to Warm containers, each waiting in its stub.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(warmIDs(m)) != m.Warm && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ids := warmIDs(m)
+	if len(ids) != m.Warm {
+		t.Fatalf("warm containers %v, want %d", ids, m.Warm)
+	}
+	// Containers that died while they waited are not used: the next run
+	// still runs (in another warm container, or one of its own).
+	var stubs []int
+	for _, id := range ids {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(cgroupPids(t, m, id)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, pid := range cgroupPids(t, m, id) {
+			stubs = append(stubs, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if len(stubs) < len(ids) {
+		t.Fatalf("found %d stub processes for %d warm containers", len(stubs), len(ids))
+	}
+	for range 3 {
+		res, o = MustRun(t, m, sandbox.Spec{Argv: []string{"echo", "ok"}})
+		if res.ExitCode != 0 || o.stream(sandbox.Stdout) != "ok\n" {
+			t.Fatalf("run after the warm containers died: %+v %q %q", res, o.stream(sandbox.Stdout), o.stream(sandbox.Stderr))
+		}
+	}
+	// A command that cannot run fails as it does in a new container.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"no-such-command"}}, nil)
+		if !errors.Is(err, sandbox.ErrStart) || !strings.Contains(err.Error(), "executable file not found") {
+			t.Fatalf("missing command: %+v %v", res, err)
+		}
+		if strings.HasPrefix(res.ID, "warm-") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm container ran the missing command in 10 s (last %+v)", res)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Close destroys the waiting containers.
+	ids = warmIDs(m)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := warmIDs(m); len(left) != 0 {
+		t.Errorf("warm containers left after Close: %v", left)
+	}
+	for _, id := range ids {
+		if cg := cgroupsNamed(t, m.CgroupName(id)); len(cg) > 0 {
+			t.Errorf("cgroups left after Close: %v", cg)
+		}
+	}
+	if points, _ := mountinfo.Under(m.StateDir); len(points) > 0 {
+		t.Errorf("mounts left after Close: %q", points)
+	}
+	for _, pid := range stubs {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("stub %d still alive", pid)
+		}
+	}
+	// A closed Manager still runs, making each container.
+	if res, _ := MustRun(t, m, sandbox.Spec{Argv: []string{"true"}}); res.ExitCode != 0 || strings.HasPrefix(res.ID, "warm-") {
+		t.Errorf("run after Close: %+v", res)
+	}
+}
