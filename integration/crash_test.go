@@ -18,6 +18,7 @@ import (
 
 	"computerd/agentctl/client"
 	daemoncmd "computerd/computerd/command"
+	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
 	"computerd/computerd/wire"
 	"computerd/fsstore"
@@ -95,6 +96,13 @@ func startChild(t *testing.T, dir string, extra ...string) *child {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
 			cmd.Wait()
+		}
+		// A computerd killed with SIGKILL leaves the state and cgroups of
+		// its containers (its warm ones at least) to its next start's
+		// sweep: when there is none, the test sweeps.
+		m := &sandbox.Manager{StateDir: daemon.SandboxStateDir(dir)}
+		if _, err := m.Sweep(context.Background()); err != nil {
+			t.Errorf("sweep after computerd %s: %v", dir, err)
 		}
 	})
 	urls := make(chan *child, 1)

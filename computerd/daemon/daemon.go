@@ -153,11 +153,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
+// SandboxStateDir is where a daemon on dataDir keeps its containers'
+// state (sandbox.Manager.StateDir). After a computerd killed with SIGKILL
+// that is not started again, a Manager on it can Sweep what was left.
+func SandboxStateDir(dataDir string) string { return filepath.Join(dataDir, "run", "sandbox") }
+
 // startRunner prepares sandboxed exec and recovers from a previous crash:
 // orphaned containers and mounts go, interrupted execs' writes are kept.
 func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	run := filepath.Join(d.cfg.DataDir, "run")
-	sb := &sandbox.Manager{StateDir: filepath.Join(run, "sandbox"), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
+	sb := &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
 		Warm: d.cfg.SandboxWarm}
 	if sb.Helper != "" {
 		d.cfg.Log.Info("containers run from the sandbox helper", "helper", sb.Helper)

@@ -210,11 +210,11 @@ func serveHelper(m *Manager, conn io.ReadWriteCloser) {
 type helperClient struct {
 	conn   *os.File
 	exited chan struct{} // closed when the helper process has ended
-	mu   sync.Mutex // enc, next, runs, err
-	enc  *json.Encoder
-	next uint64
-	runs map[uint64]*remoteRun
-	err  error // set once the connection broke
+	mu     sync.Mutex    // enc, next, runs, err
+	enc    *json.Encoder
+	next   uint64
+	runs   map[uint64]*remoteRun
+	err    error // set once the connection broke
 }
 
 type remoteRun struct {
