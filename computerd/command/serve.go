@@ -39,7 +39,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of an exec", Value: 10 * time.Minute},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
-			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, for execs with the default limits (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
+			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
 		Action: serve,
 	}

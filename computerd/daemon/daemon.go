@@ -44,8 +44,8 @@ type Config struct {
 	// containers (see sandbox.Manager.Helper); empty runs them in-process.
 	SandboxHelper string
 	// SandboxWarm is how many containers are kept made ahead of need, so
-	// that an exec with the default limits starts at once (see
-	// sandbox.Manager.Warm); 0 makes each when its exec comes.
+	// that an exec starts at once (see sandbox.Manager.Warm); 0 makes each
+	// when its exec comes.
 	SandboxWarm int
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration

@@ -191,7 +191,7 @@ type Manager struct {
 	// the containers; empty runs them in this process. See HelperMain.
 	Helper string
 	// Warm is how many containers the Manager keeps made ahead of need, for
-	// Runs with the default root and limits (see Run): 0 makes every
+	// Runs with the default root and /tmp size (see Run): 0 makes every
 	// container when its Run comes. Set it before the first Run; the
 	// containers are made from then on (or from Warmup) until Close.
 	Warm int
@@ -218,10 +218,10 @@ func (m *Manager) rootDir() string       { return filepath.Join(m.StateDir, "roo
 // wrapping ErrInvalidSpec or ErrStart when the command did not run, and
 // ErrNotReaped (with a Result) when killed processes would not die.
 //
-// With Warm set, a Run whose Spec keeps the default root and limits and
-// whose Stdin is not an *os.File takes a container made ahead of time
-// (see Manager.Warm); the others, and all Runs while none is ready, create
-// theirs on the spot.
+// With Warm set, a Run whose Spec keeps the default root and /tmp size
+// and whose Stdin is not an *os.File takes a container made ahead of time
+// (see Manager.Warm), setting its own memory, pids and CPU limits on it;
+// the others, and all Runs while none is ready, create theirs on the spot.
 func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
 	if out == nil {
 		out = func(Event) {}

@@ -35,10 +35,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// MustManager returns a Manager on a temporary state directory (one that
-// keeps warm containers in TestWarm's subtests), and at the end closes it
-// and sweeps whatever a failed test left there.
-func MustManager(tb testing.TB) *sandbox.Manager {
+// MustManager returns a Manager on a temporary state directory, set up
+// further by opts, and at the end closes it and sweeps whatever a failed
+// test left there. In TestWarm's subtests it keeps two warm containers,
+// ready when it returns.
+func MustManager(tb testing.TB, opts ...func(*sandbox.Manager)) *sandbox.Manager {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root for containers")
@@ -47,12 +48,18 @@ func MustManager(tb testing.TB) *sandbox.Manager {
 	if strings.HasPrefix(tb.Name(), "TestWarm/") {
 		m.Warm = 2
 	}
+	for _, o := range opts {
+		o(m)
+	}
 	tb.Cleanup(func() {
 		m.Close()
 		if ids, err := m.Sweep(context.Background()); len(ids) > 0 || err != nil {
 			tb.Errorf("sweep after test: %v %v", ids, err)
 		}
 	})
+	if m.Warm > 0 && m.Helper == "" {
+		waitWarm(tb, m)
+	}
 	return m
 }
 
@@ -82,15 +89,41 @@ func (o *output) stream(name string) string {
 	return b.String()
 }
 
-// MustRun runs argv and fails the test if it could not run.
+// MustRun runs argv and fails the test if it could not run. On a Manager
+// with warm containers it waits for one to be ready, and fails the test if
+// a Spec that fits them did not run in one.
 func MustRun(tb testing.TB, m *sandbox.Manager, spec sandbox.Spec) (sandbox.Result, *output) {
 	tb.Helper()
+	_, stdinFile := spec.Stdin.(*os.File)
+	fits := m.Warm > 0 && m.Helper == "" && spec.Rootfs == "" && spec.Limits.Tmp == 0 && !stdinFile
+	if fits {
+		waitWarm(tb, m)
+	}
 	o := &output{}
 	res, err := m.Run(context.Background(), spec, o.add)
 	if err != nil {
 		tb.Fatalf("Run %q: %v", spec.Argv, err)
 	}
+	if fits && !strings.HasPrefix(res.ID, "warm-") {
+		tb.Fatalf("Run %q made its own container (%s) with a warm one ready", spec.Argv, res.ID)
+	}
 	return res, o
+}
+
+// waitWarm starts m's warm containers if need be, and waits until one is
+// ready.
+func waitWarm(tb testing.TB, m *sandbox.Manager) {
+	tb.Helper()
+	if err := m.Warmup(); err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.WarmReady() == 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no warm container ready in 10 s: %v", m.WarmError())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func sh(script string) []string { return []string{"sh", "-c", script} }

@@ -61,6 +61,9 @@ type warmJob struct {
 	err   error
 	stale bool // the container had died: run the job elsewhere
 	done  chan struct{}
+	// setLimits: the Run's memory, pids or CPU limits are not the pool's;
+	// its container's cgroup takes them before the command starts.
+	setLimits bool
 }
 
 // warmRetry is how long a keeper waits before it tries again to make a
@@ -76,6 +79,17 @@ func (m *Manager) Warmup() error {
 	}
 	_, err := m.warmPool()
 	return err
+}
+
+// WarmReady is how many warm containers wait for a Run now. (A Manager
+// whose helper runs the containers reports 0.)
+func (m *Manager) WarmReady() int {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	if m.pool == nil {
+		return 0
+	}
+	return len(m.pool.ready)
 }
 
 // WarmError reports why the last warm container could not be made, or
@@ -234,10 +248,12 @@ func (m *Manager) discard(w *warmContainer) {
 }
 
 // runWarm runs a prepared Run in a warm container if one is ready and the
-// Run fits the pool's containers; ok is false if it must make its own.
+// Run fits the pool's containers (the default root and /tmp size; other
+// limits are set on the container's cgroup); ok is false if it must make
+// its own.
 func (m *Manager) runWarm(ctx context.Context, r *run, spec Spec, out func(Event)) (res Result, ok bool, err error) {
 	p, perr := m.warmPool()
-	if perr != nil || p == nil || spec.Rootfs != "" || r.limits != p.limits {
+	if perr != nil || p == nil || spec.Rootfs != "" || r.limits.Tmp != p.limits.Tmp {
 		return Result{}, false, nil
 	}
 	if _, isFile := spec.Stdin.(*os.File); isFile {
@@ -250,7 +266,7 @@ func (m *Manager) runWarm(ctx context.Context, r *run, spec Spec, out func(Event
 		default:
 			return Result{}, false, nil
 		}
-		job := &warmJob{ctx: ctx, r: r, spec: spec, out: out, done: make(chan struct{})}
+		job := &warmJob{ctx: ctx, r: r, spec: spec, out: out, done: make(chan struct{}), setLimits: r.limits != p.limits}
 		select {
 		case w.jobs <- job:
 		case <-w.gone:
@@ -277,6 +293,19 @@ func (m *Manager) runJob(w *warmContainer, job *warmJob) {
 		m.discard(w)
 		return
 	default:
+	}
+	if job.setLimits {
+		cfg := w.c.Config()
+		cg := *cfg.Cgroups // the container's own is shared with its config
+		cg.Resources = job.r.config.Cgroups.Resources
+		cfg.Cgroups = &cg
+		if err := w.c.Set(cfg); err != nil {
+			// Such as a memory limit below what the stub uses: a new
+			// container gets the limits from the start.
+			job.stale = true
+			m.discard(w)
+			return
+		}
 	}
 	if err := mountWorkspace(w.p, job.spec.WorkspaceDir, job.r.limits.Tmp); err != nil {
 		err = m.abort(w.container, fmt.Errorf("mount the workspace: %w", err))

@@ -36,6 +36,8 @@ func TestWarm(t *testing.T) {
 		{"Isolation", TestIsolation},
 		{"ConcurrentRuns", TestConcurrentRuns},
 		{"InvalidSpecs", TestInvalidSpecs},
+		{"MemoryLimit", TestMemoryLimit},
+		{"PidsLimit", TestPidsLimit},
 		{"Pool", testWarmPool},
 		{"Limits", testWarmLimits},
 	} {
@@ -112,9 +114,9 @@ func testWarmPool(t *testing.T) {
 	}
 
 	// Runs that do not fit the pool's containers make their own.
-	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: sandbox.Limits{Memory: 64 << 20}})
+	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: sandbox.Limits{Tmp: 1 << 20}})
 	if strings.HasPrefix(res.ID, "warm-") {
-		t.Errorf("a run with its own memory limit ran warm: %+v", res)
+		t.Errorf("a run with its own /tmp size ran warm: %+v", res)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
@@ -152,9 +154,10 @@ func testWarmPool(t *testing.T) {
 		t.Fatalf("found %d stub processes for %d warm containers", len(stubs), len(ids))
 	}
 	for range 3 {
-		res, o = MustRun(t, m, sandbox.Spec{Argv: []string{"echo", "ok"}})
-		if res.ExitCode != 0 || o.stream(sandbox.Stdout) != "ok\n" {
-			t.Fatalf("run after the warm containers died: %+v %q %q", res, o.stream(sandbox.Stdout), o.stream(sandbox.Stderr))
+		o = &output{}
+		res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"echo", "ok"}}, o.add)
+		if err != nil || res.ExitCode != 0 || o.stream(sandbox.Stdout) != "ok\n" {
+			t.Fatalf("run after the warm containers died: %+v %v %q %q", res, err, o.stream(sandbox.Stdout), o.stream(sandbox.Stderr))
 		}
 	}
 	// A command that cannot run fails as it does in a new container.
@@ -195,8 +198,8 @@ func testWarmPool(t *testing.T) {
 		}
 	}
 	// A closed Manager still runs, making each container.
-	if res, _ := MustRun(t, m, sandbox.Spec{Argv: []string{"true"}}); res.ExitCode != 0 || strings.HasPrefix(res.ID, "warm-") {
-		t.Errorf("run after Close: %+v", res)
+	if res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"true"}}, nil); err != nil || res.ExitCode != 0 || strings.HasPrefix(res.ID, "warm-") {
+		t.Errorf("run after Close: %+v %v", res, err)
 	}
 }
 
@@ -204,8 +207,7 @@ func testWarmPool(t *testing.T) {
 // memory (the OOM killer), pids, and the tmpfs size of /tmp.
 func testWarmLimits(t *testing.T) {
 	needHost(t, "/usr/bin/python3")
-	m := MustManager(t)
-	m.Limits = sandbox.Limits{Memory: 64 << 20, Pids: 32, Tmp: 1 << 20}
+	m := MustManager(t, func(m *sandbox.Manager) { m.Limits = sandbox.Limits{Memory: 64 << 20, Pids: 32, Tmp: 1 << 20} })
 	res, o := runWarm(t, m, sandbox.Spec{Argv: []string{"python3", "-c", "b = b'x' * (256 << 20); print('allocated')"}})
 	if res.Signal != syscall.SIGKILL || res.OOMKills < 1 || strings.Contains(o.stream(sandbox.Stdout), "allocated") {
 		t.Errorf("256 MB under a 64 MB limit: %+v stdout %q, want OOM-killed", res, o.stream(sandbox.Stdout))
