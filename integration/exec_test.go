@@ -440,3 +440,62 @@ func processRunning(path string) bool {
 	}
 	return false
 }
+
+// TestExecMetrics checks the exec metrics: count by outcome, start
+// latency and duration, execs running now, and the kind of container
+// (warm ones come from the pool a daemon keeps by default).
+func TestExecMetrics(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	url := e.d.MetricsURL()
+	const n = 5
+	for range n {
+		if _, _, code := e.exec("w", "--", "true"); code != 0 {
+			t.Fatalf("true: status %d", code)
+		}
+		time.Sleep(100 * time.Millisecond) // the pool refills
+	}
+	if _, _, code := e.exec("w", "--", "false"); code != 1 {
+		t.Fatalf("false: status %d", code)
+	}
+	if _, _, code := e.exec("w", "--", "no-such-command"); code != 127 {
+		t.Fatalf("missing command: status %d", code)
+	}
+	warm := metric(t, url, `computerd_exec_containers_total{kind="warm"}`)
+	made := metric(t, url, `computerd_exec_containers_total{kind="new"}`)
+	for name, want := range map[string]float64{
+		`computerd_execs_total{outcome="exited"}`: n + 1,
+		`computerd_execs_total{outcome="failed"}`: 1,
+		`computerd_exec_start_seconds_count`:      n + 1,
+		`computerd_exec_duration_seconds_count`:   n + 2,
+		`computerd_execs_running`:                 0,
+	} {
+		if got := metric(t, url, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	// The commands that ran: all but the first (the pool may still have been
+	// filling) in warm containers.
+	if warm+made != n+1 || warm < n {
+		t.Errorf("containers: %v warm, %v new, want %d in all and at least %d warm", warm, made, n+1, n)
+	}
+
+	// An exec in flight counts as running.
+	cl := client.New(e.d.URL(), e.token)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sleep", "1"}}, nil)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for metric(t, url, "computerd_execs_running") != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := metric(t, url, "computerd_execs_running"); got != 1 {
+		t.Errorf("computerd_execs_running = %v during an exec, want 1", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

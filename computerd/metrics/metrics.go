@@ -36,11 +36,13 @@ type Metrics struct {
 
 	// Execs: count by outcome (exited, killed, timeout, failed,
 	// interrupted, pending), start latency (request to command start) and
-	// duration, and containers running now.
-	Execs        *prometheus.CounterVec
-	ExecStart    prometheus.Histogram
-	ExecDuration prometheus.Histogram
-	ExecsRunning prometheus.Gauge
+	// duration, containers running now, and containers used by kind (warm:
+	// made ahead of time; new: made for the exec).
+	Execs          *prometheus.CounterVec
+	ExecStart      prometheus.Histogram
+	ExecDuration   prometheus.Histogram
+	ExecsRunning   prometheus.Gauge
+	ExecContainers *prometheus.CounterVec
 }
 
 // New makes the collectors and registers them, with Go and process collectors,
@@ -83,7 +85,7 @@ func New() *Metrics {
 	}, []string{"outcome"})
 	m.ExecStart = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "computerd_exec_start_seconds", Help: "From an exec request to its command starting (mount and container).",
-		Buckets: prometheus.ExponentialBuckets(0.002, 2, 12),
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 	})
 	m.ExecDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "computerd_exec_duration_seconds", Help: "Exec durations, request to recorded result.",
@@ -92,7 +94,10 @@ func New() *Metrics {
 	m.ExecsRunning = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "computerd_execs_running", Help: "Execs (containers) running now.",
 	})
-	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning)
+	m.ExecContainers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_exec_containers_total", Help: "Containers execs ran in, by kind: warm (made ahead of time) or new (made for the exec).",
+	}, []string{"kind"})
+	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),

@@ -316,6 +316,11 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	}, func(ev sandbox.Event) { out.output(ev.Stream, ev.Data) })
 	if r.Metrics != nil && res.Duration > 0 {
 		r.Metrics.ExecStart.Observe(max(time.Since(begin)-res.Duration, 0).Seconds())
+		kind := "new"
+		if res.Warm {
+			kind = "warm"
+		}
+		r.Metrics.ExecContainers.WithLabelValues(kind).Inc()
 	}
 	// The command is over: commit what it wrote as one revision.
 	cctx := context.Background()

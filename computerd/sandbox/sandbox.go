@@ -143,6 +143,7 @@ type Result struct {
 	TimedOut bool           // killed because Timeout elapsed
 	Canceled bool           // killed because ctx was done
 	OOMKills int            // processes the kernel OOM-killed in the container
+	Warm     bool           // the command ran in a container made ahead of time
 	Stdout   int64          // bytes written to stdout
 	Stderr   int64          // bytes written to stderr
 }

@@ -104,7 +104,7 @@ func MustRun(tb testing.TB, m *sandbox.Manager, spec sandbox.Spec) (sandbox.Resu
 	if err != nil {
 		tb.Fatalf("Run %q: %v", spec.Argv, err)
 	}
-	if fits && !strings.HasPrefix(res.ID, "warm-") {
+	if fits && !res.Warm {
 		tb.Fatalf("Run %q made its own container (%s) with a warm one ready", spec.Argv, res.ID)
 	}
 	return res, o

@@ -283,7 +283,7 @@ func (m *Manager) runWarm(ctx context.Context, r *run, spec Spec, out func(Event
 // runJob runs a job in the warm container w, on the keeper's thread.
 func (m *Manager) runJob(w *warmContainer, job *warmJob) {
 	defer close(job.done)
-	job.res.ID = w.id
+	defer func() { job.res.ID, job.res.Warm = w.id, true }()
 	defer w.status.Close()
 	defer w.ctl.Close()
 	select {

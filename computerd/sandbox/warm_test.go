@@ -78,7 +78,7 @@ func runWarm(t *testing.T, m *sandbox.Manager, spec sandbox.Spec) (sandbox.Resul
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		res, o := MustRun(t, m, spec)
-		if strings.HasPrefix(res.ID, "warm-") {
+		if res.Warm {
 			return res, o
 		}
 		if time.Now().After(deadline) {
@@ -115,7 +115,7 @@ func testWarmPool(t *testing.T) {
 
 	// Runs that do not fit the pool's containers make their own.
 	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: sandbox.Limits{Tmp: 1 << 20}})
-	if strings.HasPrefix(res.ID, "warm-") {
+	if res.Warm {
 		t.Errorf("a run with its own /tmp size ran warm: %+v", res)
 	}
 	null, err := os.Open(os.DevNull)
@@ -124,7 +124,7 @@ func testWarmPool(t *testing.T) {
 	}
 	defer null.Close()
 	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Stdin: null})
-	if strings.HasPrefix(res.ID, "warm-") {
+	if res.Warm {
 		t.Errorf("a run with a file for stdin ran warm: %+v", res)
 	}
 
@@ -167,7 +167,7 @@ func testWarmPool(t *testing.T) {
 		if !errors.Is(err, sandbox.ErrStart) || !strings.Contains(err.Error(), "executable file not found") {
 			t.Fatalf("missing command: %+v %v", res, err)
 		}
-		if strings.HasPrefix(res.ID, "warm-") {
+		if res.Warm {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -198,7 +198,7 @@ func testWarmPool(t *testing.T) {
 		}
 	}
 	// A closed Manager still runs, making each container.
-	if res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"true"}}, nil); err != nil || res.ExitCode != 0 || strings.HasPrefix(res.ID, "warm-") {
+	if res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"true"}}, nil); err != nil || res.ExitCode != 0 || res.Warm {
 		t.Errorf("run after Close: %+v %v", res, err)
 	}
 }
