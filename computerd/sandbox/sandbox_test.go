@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+
 	"computerd/computerd/sandbox"
 )
 
@@ -687,6 +689,45 @@ func cgroupsNamed(t *testing.T, name string) []string {
 		found = append(found, m...)
 	}
 	return found
+}
+
+// TestSweepPartialCgroup sweeps what a supervisor killed while
+// libcontainer made a container leaves: a state directory without state,
+// and the container's cgroup in one hierarchy only.
+func TestSweepPartialCgroup(t *testing.T) {
+	m := MustManager(t)
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case parts[0] == "0" && parts[1] == "" && cgroups.IsCgroup2UnifiedMode():
+			dir = filepath.Join("/sys/fs/cgroup", parts[2], m.CgroupName("partial"))
+		case slices.Contains(strings.Split(parts[1], ","), "cpuset"):
+			dir = filepath.Join("/sys/fs/cgroup/cpuset", parts[2], m.CgroupName("partial"))
+		}
+	}
+	if dir == "" {
+		t.Skip("no cpuset hierarchy or unified cgroup found")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	if err := os.MkdirAll(filepath.Join(m.StateDir, "containers", "partial"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := m.Sweep(context.Background())
+	if err != nil || !slices.Equal(ids, []string{"partial"}) {
+		t.Fatalf("Sweep: %v %v, want [partial]", ids, err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the partial cgroup %s is still there: %v", dir, err)
+	}
 }
 
 // TestSweepLive sweeps a container whose processes are alive (as after a

@@ -81,14 +81,14 @@ func (m *Manager) sweepOne(ctx context.Context, id string) error {
 	}
 }
 
-// sweepCgroup kills what the cgroup of container id holds and removes it.
+// sweepCgroup kills what the cgroup of container id holds and removes it,
+// in whichever hierarchies it exists: a supervisor killed while
+// libcontainer made the cgroup can leave it in some (cpuset, made first)
+// and not in the others (the manager's Exists looks at devices only).
 func (m *Manager) sweepCgroup(ctx context.Context, id string) error {
 	cm, err := manager.New(&cgroups.Cgroup{Path: m.cgroupName(id), Resources: &cgroups.Resources{}})
 	if err != nil {
 		return err
-	}
-	if !cm.Exists() {
-		return nil
 	}
 	if err := waitEmpty(ctx, cm.GetAllPids); err != nil {
 		return err
