@@ -451,17 +451,23 @@ func TestIsolation(t *testing.T) {
 	}
 }
 
-func TestMemoryLimit(t *testing.T) {
-	needHost(t, "/usr/bin/python3")
-	m := MustManager(t)
-	spec := sandbox.Spec{
-		Argv:   []string{"python3", "-c", "b = b'x' * (256 << 20); print('allocated')"},
-		Limits: sandbox.Limits{Memory: 64 << 20},
-	}
-	res, o := MustRun(t, m, spec)
+// memoryHog allocates 256 MB and says so.
+var memoryHog = []string{"python3", "-c", "b = b'x' * (256 << 20); print('allocated')"}
+
+// checkOOMKilled checks that a run of memoryHog was killed for memory.
+func checkOOMKilled(t *testing.T, res sandbox.Result, o *output) {
+	t.Helper()
 	if res.Signal != syscall.SIGKILL || res.OOMKills < 1 || strings.Contains(o.stream(sandbox.Stdout), "allocated") {
 		t.Errorf("result %+v stdout %q: want OOM-killed", res, o.stream(sandbox.Stdout))
 	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	needHost(t, "/usr/bin/python3")
+	m := MustManager(t)
+	spec := sandbox.Spec{Argv: memoryHog, Limits: sandbox.Limits{Memory: 64 << 20}}
+	res, o := MustRun(t, m, spec)
+	checkOOMKilled(t, res, o)
 	// Within the limit the same works.
 	spec.Argv = []string{"python3", "-c", "b = b'x' * (16 << 20); print('allocated')"}
 	res, o = MustRun(t, m, spec)
@@ -470,10 +476,9 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
-func TestPidsLimit(t *testing.T) {
-	needHost(t, "/usr/bin/python3")
-	m := MustManager(t)
-	script := `import os, time
+// forkBomb forks sleeping children until fork fails, then prints how
+// many it made and the errno.
+const forkBomb = `import os, time
 n = 0
 try:
     while n < 1000:
@@ -484,17 +489,27 @@ try:
 except OSError as e:
     print(n, e.errno)
 `
-	res, o := MustRun(t, m, sandbox.Spec{Argv: []string{"python3", "-c", script}, Limits: sandbox.Limits{Pids: 32}, Timeout: 20 * time.Second})
+
+// checkForkBomb checks a run of forkBomb under a pids limit.
+func checkForkBomb(t *testing.T, res sandbox.Result, o *output, limit int) {
+	t.Helper()
 	f := strings.Fields(o.stream(sandbox.Stdout))
 	if res.ExitCode != 0 || len(f) != 2 || f[1] != strconv.Itoa(int(syscall.EAGAIN)) {
 		t.Fatalf("result %+v stdout %q stderr %q", res, o.stream(sandbox.Stdout), o.stream(sandbox.Stderr))
 	}
-	if n, _ := strconv.Atoi(f[0]); n >= 32 || n < 16 {
-		t.Errorf("forked %d children under a limit of 32", n)
+	if n, _ := strconv.Atoi(f[0]); n >= limit || n < limit/2 {
+		t.Errorf("forked %d children under a limit of %d", n, limit)
 	}
 	if res.Duration > 10*time.Second {
 		t.Errorf("fork bomb ran %v: its children outlived it", res.Duration)
 	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	needHost(t, "/usr/bin/python3")
+	m := MustManager(t)
+	res, o := MustRun(t, m, sandbox.Spec{Argv: []string{"python3", "-c", forkBomb}, Limits: sandbox.Limits{Pids: 32}, Timeout: 20 * time.Second})
+	checkForkBomb(t, res, o, 32)
 }
 
 func TestGitAndGoBuild(t *testing.T) {

@@ -208,26 +208,10 @@ func testWarmPool(t *testing.T) {
 func testWarmLimits(t *testing.T) {
 	needHost(t, "/usr/bin/python3")
 	m := MustManager(t, func(m *sandbox.Manager) { m.Limits = sandbox.Limits{Memory: 64 << 20, Pids: 32, Tmp: 1 << 20} })
-	res, o := runWarm(t, m, sandbox.Spec{Argv: []string{"python3", "-c", "b = b'x' * (256 << 20); print('allocated')"}})
-	if res.Signal != syscall.SIGKILL || res.OOMKills < 1 || strings.Contains(o.stream(sandbox.Stdout), "allocated") {
-		t.Errorf("256 MB under a 64 MB limit: %+v stdout %q, want OOM-killed", res, o.stream(sandbox.Stdout))
-	}
-	script := `import os, time
-n = 0
-try:
-    while n < 1000:
-        if os.fork() == 0:
-            time.sleep(30)
-            os._exit(0)
-        n += 1
-except OSError as e:
-    print(n, e.errno)
-`
-	res, o = runWarm(t, m, sandbox.Spec{Argv: []string{"python3", "-c", script}, Timeout: 20 * time.Second})
-	f := append(strings.Fields(o.stream(sandbox.Stdout)), "", "")
-	if n, _ := strconv.Atoi(f[0]); res.ExitCode != 0 || f[2] != "" || n >= 32 || n < 16 {
-		t.Errorf("fork bomb under 32 pids: %+v stdout %q stderr %q", res, o.stream(sandbox.Stdout), o.stream(sandbox.Stderr))
-	}
+	res, o := runWarm(t, m, sandbox.Spec{Argv: memoryHog})
+	checkOOMKilled(t, res, o)
+	res, o = runWarm(t, m, sandbox.Spec{Argv: []string{"python3", "-c", forkBomb}, Timeout: 20 * time.Second})
+	checkForkBomb(t, res, o, 32)
 	res, o = runWarm(t, m, sandbox.Spec{Argv: sh("head -c 2000000 /dev/zero > /tmp/big; echo $?")})
 	if got := o.stream(sandbox.Stdout); got == "0\n" {
 		t.Errorf("2 MB written to a 1 MB /tmp: %+v %q", res, got)
