@@ -110,7 +110,6 @@ func (m *Manager) WarmError() error {
 // Warm is 0, the Manager is closed, or its helper keeps the pool.
 func (m *Manager) warmPool() (*warmPool, error) {
 	if m.Warm <= 0 || m.Helper != "" { // a helper keeps its own
-
 		return nil, nil
 	}
 	m.poolMu.Lock()
