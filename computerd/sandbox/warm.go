@@ -28,7 +28,7 @@ import (
 // from inside the container's mount namespace (mountWorkspace), sends the
 // stub the command, and sees it through as any other. Each container
 // still runs one command and is destroyed after it; a keeper goroutine
-// then makes the next. Nothing of a warm container lives in the host's
+// has the next made as soon as it ends, or while it runs if it runs long. Nothing of a warm container lives in the host's
 // mount namespace, so nothing outlives it there.
 
 // warmPool is a Manager's containers made ahead of time.
@@ -36,7 +36,7 @@ type warmPool struct {
 	limits Limits              // the containers' limits
 	ready  chan *warmContainer // made and waiting for a command
 	stop   chan struct{}       // closed by Close
-	wg     sync.WaitGroup      // the keepers
+	wg     sync.WaitGroup      // the keepers and warmLife goroutines
 
 	mu      sync.Mutex
 	lastErr error // why the last container could not be made
@@ -45,13 +45,15 @@ type warmPool struct {
 // warmContainer is a container whose stub waits for its command.
 type warmContainer struct {
 	*container
-	ctl    *os.File      // the stub's command is written here
-	status *os.File      // the stub's status bytes are read here
-	jobs   chan *warmJob // the Run that took it sends its job here
-	gone   chan struct{} // closed if the keeper discards it unused
+	ctl      *os.File      // the stub's command is written here
+	status   *os.File      // the stub's status bytes are read here
+	jobs     chan *warmJob // the Run that took it sends its job here
+	gone     chan struct{} // closed if it is destroyed unused
+	taken    chan struct{} // closed when its job has come
+	finished chan struct{} // closed when its job is done
 }
 
-// warmJob is a Run handed to a keeper.
+// warmJob is a Run handed to the goroutine of a warm container.
 type warmJob struct {
 	ctx   context.Context
 	r     *run
@@ -136,8 +138,8 @@ func (m *Manager) warmPool() (*warmPool, error) {
 	return p, nil
 }
 
-// closePool stops the keepers, which destroy their unused containers,
-// and waits for them (and so for Runs on warm containers to end).
+// closePool stops the keepers; the unused containers are destroyed. It
+// waits for that, and for Runs on warm containers to end.
 func (m *Manager) closePool() {
 	m.poolMu.Lock()
 	p := m.pool
@@ -150,13 +152,18 @@ func (m *Manager) closePool() {
 	p.wg.Wait()
 }
 
-// keepWarm keeps one warm container ready until the pool stops: it makes
-// one, waits for a Run to take it, runs the Run's job in it, and starts
-// over. It stays on its thread for life: a container's init dies with the
-// thread that made it.
+// refillDelay is how long a keeper lets the command of a container just
+// taken run before it makes the next: a short command is over by then, so
+// that making the next does not slow it down; a long one does not leave
+// its place in the pool empty for its whole run.
+const refillDelay = 50 * time.Millisecond
+
+// keepWarm keeps one place of the pool filled until the pool stops: it has
+// a container made (each by a goroutine of its own, warmLife), offers it,
+// and once a Run has taken it, starts over when that Run ends or after
+// refillDelay, whichever comes first.
 func (m *Manager) keepWarm(p *warmPool) {
 	defer p.wg.Done()
-	runtime.LockOSThread() // never unlocked: the thread ends with the keeper
 	var retry time.Duration
 	for {
 		if retry > 0 {
@@ -171,24 +178,59 @@ func (m *Manager) keepWarm(p *warmPool) {
 			return
 		default:
 		}
-		w, err := m.newWarm(p.limits)
+		made := make(chan warmMade, 1)
+		p.wg.Add(1)
+		go m.warmLife(p, made)
+		r := <-made
 		p.mu.Lock()
-		p.lastErr = err
+		p.lastErr = r.err
 		p.mu.Unlock()
-		if err != nil {
+		if r.err != nil {
 			retry = min(max(2*retry, 100*time.Millisecond), warmRetry)
 			continue
 		}
 		retry = 0
-		p.ready <- w // never blocks: one place per keeper
+		p.ready <- r.w // never blocks: one place per keeper
 		select {
-		case job := <-w.jobs:
-			m.runJob(w, job)
+		case <-r.w.taken:
 		case <-p.stop:
-			close(w.gone)
-			m.discard(w)
+			return // warmLife destroys it
+		}
+		select {
+		case <-r.w.finished:
+		case <-time.After(refillDelay):
+		case <-p.stop:
 			return
 		}
+	}
+}
+
+// warmMade is what warmLife made.
+type warmMade struct {
+	w   *warmContainer
+	err error
+}
+
+// warmLife makes one warm container and sees it through: it runs the job
+// of the Run that takes it, or destroys it unused when the pool stops. It
+// stays on its thread for life: a container's init dies with the thread
+// that made it.
+func (m *Manager) warmLife(p *warmPool, made chan<- warmMade) {
+	defer p.wg.Done()
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	w, err := m.newWarm(p.limits)
+	made <- warmMade{w, err}
+	if err != nil {
+		return
+	}
+	select {
+	case job := <-w.jobs:
+		close(w.taken)
+		m.runJob(w, job)
+		close(w.finished)
+	case <-p.stop:
+		close(w.gone)
+		m.discard(w)
 	}
 }
 
@@ -228,8 +270,8 @@ func (m *Manager) newWarm(limits Limits) (*warmContainer, error) {
 		statusR.Close()
 		return nil, err
 	}
-	w := &warmContainer{container: k, ctl: ctlW, status: statusR,
-		jobs: make(chan *warmJob), gone: make(chan struct{})}
+	w := &warmContainer{container: k, ctl: ctlW, status: statusR, jobs: make(chan *warmJob),
+		gone: make(chan struct{}), taken: make(chan struct{}), finished: make(chan struct{})}
 	_ = statusR.SetReadDeadline(time.Now().Add(killGrace))
 	var ready [1]byte
 	if _, err := io.ReadFull(statusR, ready[:]); err != nil || ready[0] != stubReady {
@@ -279,7 +321,7 @@ func (m *Manager) runWarm(ctx context.Context, r *run, spec Spec, out func(Event
 	}
 }
 
-// runJob runs a job in the warm container w, on the keeper's thread.
+// runJob runs a job in the warm container w, on the thread that made it.
 func (m *Manager) runJob(w *warmContainer, job *warmJob) {
 	defer close(job.done)
 	defer func() { job.res.ID, job.res.Warm = w.id, true }()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ func TestWarm(t *testing.T) {
 		{"PidsLimit", TestPidsLimit},
 		{"Pool", testWarmPool},
 		{"Limits", testWarmLimits},
+		{"LongRuns", testWarmLongRuns},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -215,5 +217,42 @@ func testWarmLimits(t *testing.T) {
 	res, o = runWarm(t, m, sandbox.Spec{Argv: sh("head -c 2000000 /dev/zero > /tmp/big; echo $?")})
 	if got := o.stream(sandbox.Stdout); got == "0\n" {
 		t.Errorf("2 MB written to a 1 MB /tmp: %+v %q", res, got)
+	}
+}
+
+// testWarmLongRuns checks that commands that run long do not keep their
+// places in the pool empty: with both warm containers taken by long
+// commands, new ones are made while those still run.
+func testWarmLongRuns(t *testing.T) {
+	m := MustManager(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type longRun struct {
+		res sandbox.Result
+		err error
+	}
+	done := make(chan longRun, m.Warm)
+	for range m.Warm {
+		waitWarm(t, m)
+		up := make(chan struct{})
+		go func() {
+			var once sync.Once
+			res, err := m.Run(ctx, sandbox.Spec{Argv: sh("echo up; sleep 60")}, func(sandbox.Event) { once.Do(func() { close(up) }) })
+			done <- longRun{res, err}
+		}()
+		select {
+		case <-up:
+		case r := <-done:
+			t.Fatalf("long run ended at once: %+v %v", r.res, r.err)
+		}
+	}
+	if res, _ := MustRun(t, m, sandbox.Spec{Argv: []string{"true"}}); !res.Warm {
+		t.Errorf("run beside two long ones: %+v", res)
+	}
+	cancel()
+	for range m.Warm {
+		if r := <-done; r.err != nil || !r.res.Canceled || !r.res.Warm {
+			t.Errorf("long run: %+v %v, want a warm container, canceled", r.res, r.err)
+		}
 	}
 }
