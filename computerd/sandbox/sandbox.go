@@ -16,6 +16,10 @@
 // list, masked /proc paths, and cgroup memory, pids and CPU limits.
 // docs/SANDBOX.md describes the profile and the figures measured.
 //
+// A Manager with Warm set makes containers ahead of need (warm.go): a Run
+// takes one, has its workspace attached and its command executed in it,
+// and so skips the making of its container; each still runs one command.
+//
 // A timeout, a cancelled context or the end of the command kills every
 // process in the container (SIGKILL to its PID namespace's init, then to
 // whatever its cgroup still holds) and destroys it, and Run always returns.
