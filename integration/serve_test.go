@@ -1,0 +1,36 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	daemoncmd "computerd/computerd/command"
+)
+
+// TestServeRefusesBadFlags: computerd serve refuses bad sandbox flags
+// with a clear message, before it touches its data directory.
+func TestServeRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--sandbox-warm", "-1"}, "--sandbox-warm -1: want 0 to 64"},
+		{[]string{"--sandbox-warm", "65"}, "--sandbox-warm 65: want 0 to 64"},
+		{[]string{"--sandbox-helper", "/nonexistent/computerd-sandbox"}, "--sandbox-helper /nonexistent/computerd-sandbox"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.flags...)
+		var stderr bytes.Buffer
+		err := daemoncmd.Run(context.Background(), args, &bytes.Buffer{}, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serve %v: %v, want an error with %q", tc.flags, err, tc.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("serve %v made its data directory: %v", tc.flags, err)
+		}
+	}
+}
