@@ -210,6 +210,7 @@ func serveHelper(m *Manager, conn io.ReadWriteCloser) {
 type helperClient struct {
 	conn   *os.File
 	exited chan struct{} // closed when the helper process has ended
+	exitOK bool          // set before exited closes: it ended with status 0
 	mu     sync.Mutex    // enc, next, runs, err
 	enc    *json.Encoder
 	next   uint64
@@ -231,8 +232,20 @@ func (m *Manager) helper() (*helperClient, error) {
 		c.mu.Lock()
 		alive := c.err == nil
 		c.mu.Unlock()
+		select {
+		case <-c.exited:
+			alive = false // its reader may not have seen the end yet
+		default:
+		}
 		if alive {
 			return c, nil
+		}
+		// The last helper died (it ends only when told to, and then
+		// cleans up): its warm containers died with it, and their state
+		// and cgroups go before a new helper makes its own.
+		<-c.exited
+		if !c.exitOK {
+			_, _ = m.sweepWarm(context.Background())
 		}
 	}
 	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, NoSeccomp: m.NoSeccomp, Warm: m.Warm})
@@ -259,17 +272,17 @@ func (m *Manager) helper() (*helperClient, error) {
 	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
 	// The parent-death signal fires when the thread that forked the helper
 	// ends: fork it from a thread locked for the helper's whole life.
+	c := &helperClient{conn: parent, exited: make(chan struct{}), enc: json.NewEncoder(parent), runs: map[uint64]*remoteRun{}}
 	started := make(chan error, 1)
-	exited := make(chan struct{})
 	go func() {
-		defer close(exited)
+		defer close(c.exited)
 		runtime.LockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
 		}
 		started <- nil
-		_ = cmd.Wait()
+		c.exitOK = cmd.Wait() == nil
 		parent.Close() // unblocks the reader if the helper died
 	}()
 	err = <-started
@@ -278,7 +291,6 @@ func (m *Manager) helper() (*helperClient, error) {
 		parent.Close()
 		return nil, fmt.Errorf("sandbox helper %s: %w", m.Helper, err)
 	}
-	c := &helperClient{conn: parent, exited: exited, enc: json.NewEncoder(parent), runs: map[uint64]*remoteRun{}}
 	go c.read()
 	m.helperConn = c
 	return c, nil

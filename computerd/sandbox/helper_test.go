@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -121,6 +122,35 @@ func TestHelper(t *testing.T) {
 	}
 	if res, o := runWarm(t, wm, sandbox.Spec{Argv: []string{"cat"}, Stdin: strings.NewReader("warm\n")}); o.stream(sandbox.Stdout) != "warm\n" {
 		t.Fatalf("warm run through the helper: %+v %q", res, o.stream(sandbox.Stdout))
+	}
+	// A helper killed with its pool: the next Run sweeps what its warm
+	// containers left (their state and cgroups) before a new helper starts.
+	deadline = time.Now().Add(10 * time.Second)
+	for len(warmIDs(wm)) < wm.Warm && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	left := warmIDs(wm)
+	if len(left) == 0 {
+		t.Fatal("no warm containers to leave behind")
+	}
+	for _, pid := range helperPids(t, wm.Helper) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for len(helperPids(t, wm.Helper)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// (A Run sent to the helper as it died fails with ErrStart.)
+	res, err = wm.Run(context.Background(), sandbox.Spec{Argv: []string{"true"}}, nil)
+	if errors.Is(err, sandbox.ErrStart) {
+		res, err = wm.Run(context.Background(), sandbox.Spec{Argv: []string{"true"}}, nil)
+	}
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("run after the helper died: %+v %v", res, err)
+	}
+	for _, id := range left {
+		if slices.Contains(warmIDs(wm), id) || len(cgroupsNamed(t, wm.CgroupName(id))) > 0 {
+			t.Errorf("warm container %s of the dead helper left behind", id)
+		}
 	}
 	if err := wm.Close(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -19,6 +20,11 @@ import (
 // them), and returns their IDs. Call it at start-up, before any Run on the
 // same StateDir: it would remove their containers too.
 func (m *Manager) Sweep(ctx context.Context) ([]string, error) {
+	return m.sweep(ctx, func(string) bool { return true })
+}
+
+// sweep sweeps the containers under StateDir whose IDs match.
+func (m *Manager) sweep(ctx context.Context, match func(id string) bool) ([]string, error) {
 	if m.StateDir == "" {
 		return nil, fmt.Errorf("%w: Manager.StateDir not set", ErrInvalidSpec)
 	}
@@ -37,7 +43,7 @@ func (m *Manager) Sweep(ctx context.Context) ([]string, error) {
 			return ids, err
 		}
 		id := e.Name()
-		if !e.IsDir() || validateID(id) != nil {
+		if !e.IsDir() || validateID(id) != nil || !match(id) {
 			continue
 		}
 		if err := m.sweepOne(ctx, id); err != nil {
@@ -47,6 +53,12 @@ func (m *Manager) Sweep(ctx context.Context) ([]string, error) {
 		ids = append(ids, id)
 	}
 	return ids, errors.Join(errs...)
+}
+
+// sweepWarm sweeps the warm containers under StateDir (see warm.go): what
+// a helper that died left of its pool.
+func (m *Manager) sweepWarm(ctx context.Context) ([]string, error) {
+	return m.sweep(ctx, func(id string) bool { return strings.HasPrefix(id, warmPrefix) })
 }
 
 func (m *Manager) sweepOne(ctx context.Context, id string) error {

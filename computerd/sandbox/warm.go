@@ -68,6 +68,9 @@ type warmJob struct {
 	setLimits bool
 }
 
+// warmPrefix begins the IDs of warm containers.
+const warmPrefix = "warm-"
+
 // warmRetry is how long a keeper waits before it tries again to make a
 // container after a failure, at most.
 const warmRetry = 10 * time.Second
@@ -239,7 +242,7 @@ func (m *Manager) warmLife(p *warmPool, made chan<- warmMade) {
 func (m *Manager) newWarm(limits Limits) (*warmContainer, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	id := "warm-" + hex.EncodeToString(b[:])
+	id := warmPrefix + hex.EncodeToString(b[:])
 	cfg, err := m.config(id, m.rootDir(), true, lateWorkspace, limits)
 	if err != nil {
 		return nil, err
