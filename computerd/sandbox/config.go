@@ -86,13 +86,9 @@ func (m *Manager) cgroupName(id string) string {
 	return "computerd-" + hex.EncodeToString(h[:4]) + "-" + id
 }
 
-// lateWorkspace, as config's workspace, leaves /workspace to be mounted
-// after the container is made (a warm container's).
-const lateWorkspace = "\x00late"
-
-// config is the libcontainer configuration of one container. workspace is
-// the host directory to bind at /workspace; empty means a tmpfs there.
-func (m *Manager) config(id, rootfs string, hostRoot bool, workspace string, l Limits) (*configs.Config, error) {
+// config is the libcontainer configuration of one container, all but its
+// /workspace (see workspaceMount).
+func (m *Manager) config(id, rootfs string, hostRoot bool, l Limits) (*configs.Config, error) {
 	const (
 		noExecSuidDev = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 		roBind        = unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
@@ -120,19 +116,6 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, workspace string, l L
 		Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
 		Data: "mode=1777,size=" + strconv.FormatInt(l.Tmp, 10),
 	})
-	switch workspace {
-	case lateWorkspace:
-	case "":
-		mounts = append(mounts, &configs.Mount{
-			Source: "tmpfs", Destination: "/workspace", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
-			Data: "mode=755,size=" + strconv.FormatInt(l.Tmp, 10),
-		})
-	default:
-		mounts = append(mounts, &configs.Mount{
-			Source: workspace, Destination: "/workspace", Device: "bind",
-			Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
-		})
-	}
 
 	// Devices: deny everything, then allow the usual character devices and
 	// ptys (the devices get created in /dev from the same list).
@@ -197,6 +180,21 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, workspace string, l L
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 		},
 	}, nil
+}
+
+// workspaceMount is what goes at /workspace: a bind of the host directory
+// dir, or if it is empty a tmpfs of tmpSize bytes.
+func workspaceMount(dir string, tmpSize int64) *configs.Mount {
+	if dir == "" {
+		return &configs.Mount{
+			Source: "tmpfs", Destination: "/workspace", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
+			Data: "mode=755,size=" + strconv.FormatInt(tmpSize, 10),
+		}
+	}
+	return &configs.Mount{
+		Source: dir, Destination: "/workspace", Device: "bind",
+		Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
+	}
 }
 
 // noSwap is the memory+swap limit that allows no swap, or 0 (no setting)

@@ -572,10 +572,11 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 	if limits.Memory < 4<<20 || limits.Pids < 1 || limits.CPUs <= 0 || limits.Tmp < 0 {
 		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidSpec, limits)
 	}
-	cfg, err := m.config(id, rootfs, spec.Rootfs == "", spec.WorkspaceDir, limits)
+	cfg, err := m.config(id, rootfs, spec.Rootfs == "", limits)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Mounts = append(cfg.Mounts, workspaceMount(spec.WorkspaceDir, limits.Tmp))
 	return &run{id: id, env: env, cwd: cwd, limits: limits, config: cfg}, nil
 }
 

@@ -243,7 +243,7 @@ func (m *Manager) newWarm(limits Limits) (*warmContainer, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := warmPrefix + hex.EncodeToString(b[:])
-	cfg, err := m.config(id, m.rootDir(), true, lateWorkspace, limits)
+	cfg, err := m.config(id, m.rootDir(), true, limits) // /workspace comes with the Run
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +441,8 @@ func mountWorkspace(p *libcontainer.Process, dir string, tmpSize int64) error {
 			done <- unix.MoveMount(tree, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH)
 			return
 		}
-		done <- unix.Mount("tmpfs", "/workspace", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size="+strconv.FormatInt(tmpSize, 10))
+		tmpfs := workspaceMount("", tmpSize)
+		done <- unix.Mount(tmpfs.Source, tmpfs.Destination, tmpfs.Device, uintptr(tmpfs.Flags), tmpfs.Data)
 	}()
 	return <-done
 }
