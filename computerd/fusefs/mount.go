@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/mountinfo"
+	"computerd/computerd/procfd"
 	"computerd/fsstore"
 )
 
@@ -1069,19 +1070,8 @@ func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
 // connection: the kernel would keep it after the unmount, for as long as
 // the child lives.
 func closeOnExecFuse() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC != 0 {
-			continue // gone, or not inherited anyway (most are)
-		}
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+	for _, fd := range procfd.Inheritable() {
+		if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target == "/dev/fuse" {
 			unix.CloseOnExec(fd)
 		}
 	}

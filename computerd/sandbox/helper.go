@@ -11,11 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"computerd/computerd/procfd"
 )
 
 // Running containers from a helper process. A container's init is the
@@ -128,16 +129,8 @@ func HelperMain() {
 // helper, holding the parent's FUSE connections after their unmount. The
 // Go runtime's own descriptors are all close-on-exec, so they stay.
 func closeInherited() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= helperFd {
-			continue
-		}
-		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+	for _, fd := range procfd.Inheritable() {
+		if fd > helperFd {
 			unix.Close(fd)
 		}
 	}
