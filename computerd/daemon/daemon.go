@@ -156,12 +156,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 // SandboxStateDir is where a daemon on dataDir keeps its containers'
 // state (sandbox.Manager.StateDir). After a computerd killed with SIGKILL
 // that is not started again, a Manager on it can Sweep what was left.
-func SandboxStateDir(dataDir string) string { return filepath.Join(dataDir, "run", "sandbox") }
+func SandboxStateDir(dataDir string) string { return filepath.Join(runDir(dataDir), "sandbox") }
+
+// runDir holds what execs need while computerd runs: mount points, spool
+// files, output logs, the containers' state.
+func runDir(dataDir string) string { return filepath.Join(dataDir, "run") }
 
 // startRunner prepares sandboxed exec and recovers from a previous crash:
 // orphaned containers and mounts go, interrupted execs' writes are kept.
 func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
-	run := filepath.Join(d.cfg.DataDir, "run")
+	run := runDir(d.cfg.DataDir)
 	sb := &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
 		Warm: d.cfg.SandboxWarm}
 	if sb.Helper != "" {
