@@ -259,7 +259,6 @@ func execThroughAPI(ctx context.Context, env *Env, bare *bareClient, helper stri
 	}
 	defer cold.d.Close()
 	exec := func(dc *daemonClient, argv ...string) (total, first time.Duration, err error) {
-		time.Sleep(execSettle)
 		start := time.Now()
 		rec, err := dc.cl.Exec(ctx, "w", wire.ExecRequest{Argv: argv}, func(ev wire.ExecEvent) error {
 			if first == 0 && ev.Type == "output" {
@@ -281,14 +280,17 @@ func execThroughAPI(ctx context.Context, env *Env, bare *bareClient, helper stri
 			if err != nil {
 				return err
 			}
+			time.Sleep(execSettle)
 			a, _, err := exec(warm, "true")
 			if err != nil {
 				return err
 			}
+			time.Sleep(execSettle)
 			e, first, err := exec(warm, "echo", "x")
 			if err != nil {
 				return err
 			}
+			time.Sleep(execSettle)
 			c, _, err := exec(cold, "true")
 			if err != nil {
 				return err
@@ -309,15 +311,11 @@ func execThroughAPI(ctx context.Context, env *Env, bare *bareClient, helper stri
 	err = env.phase(ctx, "api_back_to_back", func(ctx context.Context) error {
 		time.Sleep(execSettle)
 		for range execRuns {
-			start := time.Now()
-			rec, err := warm.cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"true"}}, nil)
-			if err == nil && rec.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d", rec.ExitCode)
-			}
+			d, _, err := exec(warm, "true")
 			if err != nil {
 				return err
 			}
-			backLat = append(backLat, time.Since(start))
+			backLat = append(backLat, d)
 		}
 		return nil
 	})
