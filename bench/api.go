@@ -11,6 +11,7 @@ import (
 
 	agentcmd "computerd/agentctl/command"
 	"computerd/computerd/daemon"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -103,7 +104,7 @@ func runAPI(ctx context.Context, env *Env) error {
 	}
 	if err := env.phase(ctx, "ref_import_dir", func(ctx context.Context) error {
 		start := time.Now()
-		_, err := ref.ImportDir(ctx, rw.ID, env.Src, true, fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: "bench"}, nil)
+		_, err := ref.ImportDir(ctx, rw.ID, env.Src, true, fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "bench"}, nil)
 		refTime = time.Since(start)
 		return err
 	}); err != nil {

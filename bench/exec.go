@@ -46,7 +46,7 @@ import (
 	"computerd/agentctl/client"
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
-	"computerd/computerd/wire"
+	"computerd/wire"
 )
 
 func init() {

@@ -57,6 +57,7 @@ import (
 	"strings"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 
 	_ "modernc.org/sqlite"
@@ -109,10 +110,10 @@ func runStore(ctx context.Context, env *Env) error {
 	var (
 		ref       *refDB
 		s         *fsstore.Store
-		w         fsstore.Workspace
+		w         core.Workspace
 		refImport time.Duration
 		imp       importTimes
-		importRev fsstore.Revision
+		importRev core.Revision
 	)
 	defer func() {
 		if ref != nil {
@@ -288,7 +289,7 @@ func runStore(ctx context.Context, env *Env) error {
 		}
 		for i := range forks {
 			t0 := time.Now()
-			f, err := s.Fork(ctx, w.ID, fsstore.Head, fmt.Sprintf("fork%d", i))
+			f, err := s.Fork(ctx, w.ID, core.Head, fmt.Sprintf("fork%d", i))
 			forkTimes = append(forkTimes, time.Since(t0))
 			if err != nil {
 				return err
@@ -406,12 +407,12 @@ func runStore(ctx context.Context, env *Env) error {
 	// by inode number (the difference is what path resolution costs).
 	for _, m := range []struct {
 		name, note string
-		open       func(p string, st fsstore.Stat) (*fsstore.File, error)
+		open       func(p string, st core.Stat) (*fsstore.File, error)
 	}{
 		{"store/readback_open_mbps", "Walk + Open(path) + WriteTo(io.Discard) per file; no bar",
-			func(p string, _ fsstore.Stat) (*fsstore.File, error) { return sn.Open(ctx, p) }},
+			func(p string, _ core.Stat) (*fsstore.File, error) { return sn.Open(ctx, p) }},
 		{"store/readback_ino_mbps", "Walk + OpenIno(st.Ino) + WriteTo(io.Discard) per file: readback_open without path resolution; no bar",
-			func(_ string, st fsstore.Stat) (*fsstore.File, error) { return sn.OpenIno(ctx, st.Ino) }},
+			func(_ string, st core.Stat) (*fsstore.File, error) { return sn.OpenIno(ctx, st.Ino) }},
 	} {
 		var d time.Duration
 		for pass := range 2 {
@@ -443,21 +444,21 @@ type importTimes struct {
 }
 
 // importStore commits the tree at src as one revision of ws.
-func importStore(ctx context.Context, s *fsstore.Store, ws int64, src string, tree treeStats) (fsstore.Revision, importTimes, error) {
+func importStore(ctx context.Context, s *fsstore.Store, ws int64, src string, tree treeStats) (core.Revision, importTimes, error) {
 	var t importTimes
 	t0 := time.Now()
 	up := s.NewUploader()
-	b := &fsstore.Batch{Ops: make([]fsstore.Op, 0, tree.Files+tree.Dirs+tree.Symlinks)}
+	b := &core.Batch{Ops: make([]core.Op, 0, tree.Files+tree.Dirs+tree.Symlinks)}
 	err := walkSrc(ctx, src, func(rel, full string, fi fs.FileInfo) error {
 		switch {
 		case fi.IsDir():
-			b.Add(fsstore.Op{Kind: fsstore.OpMkdir, Path: rel, Mode: fi.Mode().Perm()})
+			b.Add(core.Op{Kind: core.OpMkdir, Path: rel, Mode: fi.Mode().Perm()})
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(full)
 			if err != nil {
 				return err
 			}
-			b.Add(fsstore.Op{Kind: fsstore.OpSymlink, Path: rel, Target: target, Mtime: fi.ModTime().UnixNano()})
+			b.Add(core.Op{Kind: core.OpSymlink, Path: rel, Target: target, Mtime: fi.ModTime().UnixNano()})
 		case fi.Mode().IsRegular():
 			f, err := os.Open(full)
 			if err != nil {
@@ -468,21 +469,21 @@ func importStore(ctx context.Context, s *fsstore.Store, ws int64, src string, tr
 			if err != nil {
 				return fmt.Errorf("put %s: %w", rel, err)
 			}
-			b.Add(fsstore.Op{Kind: fsstore.OpCreate, Path: rel, Mode: fi.Mode().Perm(), Content: c, Mtime: fi.ModTime().UnixNano()})
+			b.Add(core.Op{Kind: core.OpCreate, Path: rel, Mode: fi.Mode().Perm(), Content: c, Mtime: fi.ModTime().UnixNano()})
 		}
 		return nil
 	})
 	if err != nil {
-		return fsstore.Revision{}, t, err
+		return core.Revision{}, t, err
 	}
 	t1 := time.Now()
 	if err := up.Flush(ctx); err != nil {
-		return fsstore.Revision{}, t, err
+		return core.Revision{}, t, err
 	}
 	t2 := time.Now()
 	rev, err := s.Commit(ctx, ws, b, fsstore.CommitInfo{Message: "bench import"})
 	if err != nil {
-		return fsstore.Revision{}, t, err
+		return core.Revision{}, t, err
 	}
 	t3 := time.Now()
 	// Uploader.Put flushes by itself every few MB, so "put" includes most flushing.
@@ -515,7 +516,7 @@ func smallCommitsStore(ctx context.Context, s *fsstore.Store, ws int64, dirs []s
 		if d := pick[(i+smallWarmup)%len(pick)]; d != "" {
 			p = d + "/" + p
 		}
-		b := (&fsstore.Batch{}).WriteFile(p, smallContent(i, smallSize), 0o644)
+		b := (&core.Batch{}).WriteFile(p, smallContent(i, smallSize), 0o644)
 		t0 := time.Now()
 		if _, err := s.Commit(ctx, ws, b, fsstore.CommitInfo{}); err != nil {
 			return nil, err
@@ -529,7 +530,7 @@ func smallCommitsStore(ctx context.Context, s *fsstore.Store, ws int64, dirs []s
 
 // checkFork verifies that a fork reads through to its source.
 func checkFork(ctx context.Context, s *fsstore.Store, ws int64, tree treeStats) error {
-	sn, err := s.Snapshot(ctx, ws, fsstore.Head)
+	sn, err := s.Snapshot(ctx, ws, core.Head)
 	if err != nil {
 		return err
 	}
@@ -614,10 +615,10 @@ func (t *readTally) check(what string, tree treeStats) error {
 
 // readStore reads every regular file of a snapshot through Walk, opening
 // each with open (by path or by inode number).
-func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open func(p string, st fsstore.Stat) (*fsstore.File, error)) (time.Duration, error) {
+func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open func(p string, st core.Stat) (*fsstore.File, error)) (time.Duration, error) {
 	t0 := time.Now()
 	var tally readTally
-	err := sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
+	err := sn.Walk(ctx, "", func(p string, st core.Stat) error {
 		if !st.Mode.IsRegular() {
 			return nil
 		}
@@ -638,7 +639,7 @@ func readStore(ctx context.Context, sn *fsstore.Snapshot, tree treeStats, open f
 func readStoreTree(ctx context.Context, sn *fsstore.Snapshot, tree treeStats) (time.Duration, error) {
 	t0 := time.Now()
 	var tally readTally
-	err := sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+	err := sn.ReadTree(ctx, "", func(p string, st core.Stat, r io.Reader) error {
 		if r == nil || !st.Mode.IsRegular() {
 			return nil
 		}
@@ -683,8 +684,8 @@ func newDiffWS(ctx context.Context, dir string, nfiles int) (_ *diffWS, err erro
 	ndirs := (nfiles + filesPerDir - 1) / filesPerDir
 	filePath := func(d, f int) string { return fmt.Sprintf("d%04d/f%03d.txt", d, f) }
 	t0 := time.Now()
-	var b fsstore.Batch
-	commit := func() (fsstore.Revision, error) {
+	var b core.Batch
+	commit := func() (core.Revision, error) {
 		r, err := d.s.Commit(ctx, d.ws, &b, fsstore.CommitInfo{})
 		b.Ops = b.Ops[:0]
 		return r, err
@@ -729,7 +730,7 @@ func newDiffWS(ctx context.Context, dir string, nfiles int) (_ *diffWS, err erro
 	d.ops = len(cs.Ops)
 	var writes int
 	for _, op := range cs.Ops {
-		if op.Kind == fsstore.OpCreate || op.Kind == fsstore.OpWrite {
+		if op.Kind == core.OpCreate || op.Kind == core.OpWrite {
 			writes++
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"computerd/computerd/daemon"
+	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -141,7 +142,7 @@ func runSync(ctx context.Context, env *Env) error {
 		return err
 	}
 	importStart := time.Now()
-	if _, err := d.Store.ImportDir(ctx, w.ID, env.Src, true, fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: "bench"}, nil); err != nil {
+	if _, err := d.Store.ImportDir(ctx, w.ID, env.Src, true, fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "bench"}, nil); err != nil {
 		return err
 	}
 	importTime := time.Since(importStart)
@@ -204,7 +205,7 @@ func runSync(ctx context.Context, env *Env) error {
 
 	// 2. One changed file: an incremental pull.
 	changed := strings.Repeat("incremental sync payload line\n", 4000) // ~116 KB
-	if _, err := d.Store.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("changed.txt", []byte(changed), 0o644), fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: "bench"}); err != nil {
+	if _, err := d.Store.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("changed.txt", []byte(changed), 0o644), fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "bench"}); err != nil {
 		return err
 	}
 	size := int64(len(changed))
@@ -219,7 +220,7 @@ func runSync(ctx context.Context, env *Env) error {
 
 	// 3. One changed file: a push.
 	lw := st.Local
-	rev, err := local.Commit(ctx, lw.ID, (&fsstore.Batch{}).WriteFile("pushed.txt", []byte(changed+"pushed\n"), 0o644), fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: "bench"})
+	rev, err := local.Commit(ctx, lw.ID, (&core.Batch{}).WriteFile("pushed.txt", []byte(changed+"pushed\n"), 0o644), fsstore.CommitInfo{Source: core.SourceExec, Tenant: "bench"})
 	if err != nil {
 		return err
 	}

@@ -7,15 +7,17 @@ import (
 	"io/fs"
 	"syscall"
 	"time"
+
+	"computerd/core"
 )
 
 // Commit applies the batch's ops in order and commits them atomically as
 // one new revision. If any op fails the store is unchanged and the error,
 // a *PathError, names the op and path.
-func (s *Store) Commit(ctx context.Context, ws int64, b *Batch, info CommitInfo) (Revision, error) {
+func (s *Store) Commit(ctx context.Context, ws int64, b *core.Batch, info CommitInfo) (core.Revision, error) {
 	ops, err := cleanOps(b.Ops)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	return s.commit(ctx, ws, info, ops, func(t *wtx) error {
 		for _, op := range ops {
@@ -28,14 +30,14 @@ func (s *Store) Commit(ctx context.Context, ws int64, b *Batch, info CommitInfo)
 }
 
 // commit runs fn in a new revision of ws, with conflict checking against info.Base.
-func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op, fn func(*wtx) error) (Revision, error) {
+func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []core.Op, fn func(*wtx) error) (core.Revision, error) {
 	if len(ops) == 0 {
-		return Revision{}, fmt.Errorf("commit: no changes: %w", ErrInvalidArgument)
+		return core.Revision{}, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return Revision{}, ErrClosed
+		return core.Revision{}, core.ErrClosed
 	}
 	var t *wtx
 	err := s.inTx(ctx, func() error {
@@ -55,7 +57,7 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op,
 		return t.finish(info)
 	})
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	rev := t.revision(info)
 	if s.OnCommit != nil {
@@ -66,58 +68,54 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []Op,
 
 // revision ends the leases of a committed transaction's chunks and
 // describes the revision it made.
-func (t *wtx) revision(info CommitInfo) Revision {
+func (t *wtx) revision(info CommitInfo) core.Revision {
 	t.endLeases()
 	if info.Source == "" {
-		info.Source = SourceAPI
+		info.Source = core.SourceAPI
 	}
 	if info.Tenant == "" {
 		info.Tenant = t.ws.tenant
 	}
-	return Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
+	return core.Revision{Rev: t.rev, Time: time.Unix(0, t.now), Source: info.Source, Tenant: info.Tenant,
 		ExecID: info.ExecID, Message: info.Message, Changes: t.changes}
 }
 
-func opError(op Op, err error) error {
-	var pe *PathError
+func opError(op core.Op, err error) error {
+	var pe *core.PathError
 	if errors.As(err, &pe) {
 		return err
 	}
 	return pathErr(string(op.Kind), op.Path, err)
 }
 
-// MaxFileSize is the largest size a file can have. Writes and truncates past
-// it fail with ErrInvalidArgument (sizes near 1<<63 would overflow offsets).
-const MaxFileSize int64 = 1 << 62
-
 // cleanOps validates every op's paths and kind before anything is written.
-func cleanOps(in []Op) ([]Op, error) {
-	out := make([]Op, len(in))
+func cleanOps(in []core.Op) ([]core.Op, error) {
+	out := make([]core.Op, len(in))
 	for i, op := range in {
 		var err error
-		if op.Path, err = CleanPath(op.Path); err != nil {
-			return nil, pathErr(string(op.Kind), in[i].Path, ErrInvalidPath)
+		if op.Path, err = core.CleanPath(op.Path); err != nil {
+			return nil, pathErr(string(op.Kind), in[i].Path, core.ErrInvalidPath)
 		}
 		switch op.Kind {
-		case OpRename, OpLink:
-			if op.From, err = CleanPath(op.From); err != nil {
-				return nil, pathErr(string(op.Kind), in[i].From, ErrInvalidPath)
+		case core.OpRename, core.OpLink:
+			if op.From, err = core.CleanPath(op.From); err != nil {
+				return nil, pathErr(string(op.Kind), in[i].From, core.ErrInvalidPath)
 			}
-		case OpSymlink:
-			if op.Target == "" || len(op.Target) > MaxPathLen || containsNUL(op.Target) {
-				return nil, pathErr("symlink", op.Path, ErrInvalidPath)
+		case core.OpSymlink:
+			if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
+				return nil, pathErr("symlink", op.Path, core.ErrInvalidPath)
 			}
-		case OpMkdir, OpCreate, OpWrite, OpTruncate, OpDelete, OpDeleteAll, OpChmod, OpChown, OpUtimes:
+		case core.OpMkdir, core.OpCreate, core.OpWrite, core.OpTruncate, core.OpDelete, core.OpDeleteAll, core.OpChmod, core.OpChown, core.OpUtimes:
 		default:
-			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, ErrInvalidArgument))
+			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, core.ErrInvalidArgument))
 		}
-		if (op.Kind == OpWrite && (op.Offset < 0 || op.Offset > MaxFileSize-int64(len(op.Data)))) ||
-			(op.Kind == OpTruncate && (op.Size < 0 || op.Size > MaxFileSize)) ||
-			(op.Content != nil && (op.Content.Size < 0 || op.Content.Size > MaxFileSize)) {
-			return nil, pathErr(string(op.Kind), op.Path, ErrInvalidArgument)
+		if (op.Kind == core.OpWrite && (op.Offset < 0 || op.Offset > core.MaxFileSize-int64(len(op.Data)))) ||
+			(op.Kind == core.OpTruncate && (op.Size < 0 || op.Size > core.MaxFileSize)) ||
+			(op.Content != nil && (op.Content.Size < 0 || op.Content.Size > core.MaxFileSize)) {
+			return nil, pathErr(string(op.Kind), op.Path, core.ErrInvalidArgument)
 		}
 		if op.Data != nil && op.Content != nil {
-			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("both data and content: %w", ErrInvalidArgument))
+			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("both data and content: %w", core.ErrInvalidArgument))
 		}
 		out[i] = op
 	}
@@ -141,21 +139,21 @@ func defaultPerm(m fs.FileMode, def uint32) uint32 {
 }
 
 // apply runs one op against the tree as it stands in the transaction.
-func (t *wtx) apply(op Op) error {
+func (t *wtx) apply(op core.Op) error {
 	switch op.Kind {
-	case OpMkdir:
+	case core.OpMkdir:
 		return t.mkdir(op.Path, defaultPerm(op.Mode, 0o755))
-	case OpCreate:
+	case core.OpCreate:
 		return t.create(op)
-	case OpSymlink:
+	case core.OpSymlink:
 		return t.symlink(op.Path, op.Target, op.Mtime)
-	case OpLink:
+	case core.OpLink:
 		return t.link(op.From, op.Path)
-	case OpRename:
+	case core.OpRename:
 		return t.rename(op)
-	case OpDelete:
+	case core.OpDelete:
 		return t.remove(op.Path)
-	case OpDeleteAll:
+	case core.OpDeleteAll:
 		return t.removeAll(op.Path)
 	}
 	// The rest change an existing inode.
@@ -164,14 +162,14 @@ func (t *wtx) apply(op Op) error {
 		return err
 	}
 	switch op.Kind {
-	case OpWrite, OpTruncate:
+	case core.OpWrite, core.OpTruncate:
 		if in.isDir() {
-			return ErrIsDir
+			return core.ErrIsDir
 		}
 		if !in.isReg() {
-			return ErrInvalidArgument
+			return core.ErrInvalidArgument
 		}
-		if op.Kind == OpTruncate {
+		if op.Kind == core.OpTruncate {
 			err = t.truncate(in, op.Size)
 		} else {
 			err = t.fill(in, op)
@@ -180,11 +178,11 @@ func (t *wtx) apply(op Op) error {
 			return err
 		}
 		in.mtime = t.now
-	case OpChmod:
+	case core.OpChmod:
 		in.mode = in.mode&syscall.S_IFMT | unixPerm(op.Mode)
-	case OpChown:
+	case core.OpChown:
 		in.uid, in.gid = op.UID, op.GID
-	case OpUtimes:
+	case core.OpUtimes:
 		in.mtime = op.Mtime
 		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
 	}
@@ -192,7 +190,7 @@ func (t *wtx) apply(op Op) error {
 }
 
 // fill writes an op's inline data or stored content into a file.
-func (t *wtx) fill(in *inode, op Op) error {
+func (t *wtx) fill(in *inode, op core.Op) error {
 	if op.Content != nil {
 		return t.writeContent(in, op.Content)
 	}
@@ -202,7 +200,7 @@ func (t *wtx) fill(in *inode, op Op) error {
 // parentOf resolves the directory holding a clean, non-root path.
 func (t *wtx) parentOf(p string) (*inode, string, error) {
 	if p == "" {
-		return nil, "", ErrInvalidArgument
+		return nil, "", core.ErrInvalidArgument
 	}
 	dir, name := parentName(p)
 	parent, err := t.resolveDir(dir)
@@ -213,9 +211,9 @@ func (t *wtx) parentOf(p string) (*inode, string, error) {
 func (t *wtx) free(parent *inode, name string) error {
 	_, _, err := t.lookup(parent.ino, name)
 	if err == nil {
-		return ErrExists
+		return core.ErrExists
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return nil
 	}
 	return err
@@ -239,7 +237,7 @@ func (t *wtx) add(parent *inode, name string, in *inode) error {
 
 func (t *wtx) mkdir(p string, perm uint32) error {
 	if p == "" {
-		return ErrExists
+		return core.ErrExists
 	}
 	parent, name, err := t.parentOf(p)
 	if err != nil {
@@ -255,7 +253,7 @@ func (t *wtx) mkdir(p string, perm uint32) error {
 	return t.add(parent, name, in)
 }
 
-func (t *wtx) create(op Op) error {
+func (t *wtx) create(op core.Op) error {
 	parent, name, err := t.parentOf(op.Path)
 	if err != nil {
 		return err
@@ -264,7 +262,7 @@ func (t *wtx) create(op Op) error {
 	var in *inode
 	existing := false
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, core.ErrNotFound):
 		if in, err = t.newInode(syscall.S_IFREG, defaultPerm(op.Mode, 0o644)); err != nil {
 			return err
 		}
@@ -275,10 +273,10 @@ func (t *wtx) create(op Op) error {
 			return err
 		}
 		if in.isDir() {
-			return ErrIsDir
+			return core.ErrIsDir
 		}
 		if !in.isReg() {
-			return ErrExists
+			return core.ErrExists
 		}
 		if err := t.truncate(in, 0); err != nil {
 			return err
@@ -294,7 +292,7 @@ func (t *wtx) create(op Op) error {
 	}
 	if op.Content != nil {
 		if op.Content.Size < in.size {
-			return fmt.Errorf("content size %d below its chunks' end %d: %w", op.Content.Size, in.size, ErrInvalidArgument)
+			return fmt.Errorf("content size %d below its chunks' end %d: %w", op.Content.Size, in.size, core.ErrInvalidArgument)
 		}
 		in.size = op.Content.Size
 	}
@@ -332,7 +330,7 @@ func (t *wtx) link(from, p string) error {
 		return err
 	}
 	if src.isDir() {
-		return ErrIsDir
+		return core.ErrIsDir
 	}
 	parent, name, err := t.parentOf(p)
 	if err != nil {
@@ -364,7 +362,7 @@ func (t *wtx) remove(p string) error {
 			return err
 		}
 		if len(children) > 0 {
-			return ErrNotEmpty
+			return core.ErrNotEmpty
 		}
 	}
 	return t.unlink(parent.ino, name, in)
@@ -373,7 +371,7 @@ func (t *wtx) remove(p string) error {
 // removeAll deletes p and everything beneath it; the root keeps only itself.
 func (t *wtx) removeAll(p string) error {
 	in, err := t.resolve(p)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return nil
 	} else if err != nil {
 		return err
@@ -423,10 +421,10 @@ func (t *wtx) emptyDir(dir *inode) error {
 
 // rename moves From to Path with rename(2) semantics, plus RENAME_NOREPLACE
 // and RENAME_EXCHANGE.
-func (t *wtx) rename(op Op) error {
+func (t *wtx) rename(op core.Op) error {
 	from, to := op.From, op.Path
 	if from == "" || to == "" {
-		return ErrInvalidArgument
+		return core.ErrInvalidArgument
 	}
 	sp, sname, err := t.parentOf(from)
 	if err != nil {
@@ -445,21 +443,21 @@ func (t *wtx) rename(op Op) error {
 		return err
 	}
 	if src.isDir() && inSubtree(to, from) && to != from {
-		return ErrInvalidArgument // into itself
+		return core.ErrInvalidArgument // into itself
 	}
 	dino, _, err := t.lookup(dp.ino, dname)
 	exists := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
 	if op.Exchange {
 		if !exists {
-			return ErrNotFound
+			return core.ErrNotFound
 		}
 		return t.exchange(sp, sname, src, dp, dname, dino, from, to)
 	}
 	if exists && op.NoReplace {
-		return ErrExists
+		return core.ErrExists
 	}
 	if from == to || (exists && dino == sino) {
 		return nil // same file: rename(2) does nothing
@@ -471,16 +469,16 @@ func (t *wtx) rename(op Op) error {
 		}
 		switch {
 		case src.isDir() && !dst.isDir():
-			return ErrNotDir
+			return core.ErrNotDir
 		case !src.isDir() && dst.isDir():
-			return ErrIsDir
+			return core.ErrIsDir
 		case dst.isDir():
 			children, err := t.v.list(dst.ino)
 			if err != nil {
 				return err
 			}
 			if len(children) > 0 {
-				return ErrNotEmpty
+				return core.ErrNotEmpty
 			}
 		}
 		if err := t.unlink(dp.ino, dname, dst); err != nil {
@@ -513,7 +511,7 @@ func (t *wtx) exchange(sp *inode, sname string, src *inode, dp *inode, dname str
 		return err
 	}
 	if (src.isDir() && inSubtree(to, from)) || (dst.isDir() && inSubtree(from, to)) {
-		return ErrInvalidArgument
+		return core.ErrInvalidArgument
 	}
 	t.movedDirs()
 	if err := t.setEntry(sp.ino, sname, dst.ino, dst.kind()); err != nil {

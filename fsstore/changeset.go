@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"computerd/core"
 )
 
 // Apply commits a changeset as one new revision of ws (see Changeset for
 // how its ops are read). If info.Base is zero it defaults to cs.From, so a
 // changeset made against an older revision commits only if none of its
 // paths changed since; otherwise it fails with a *ConflictError.
-func (s *Store) Apply(ctx context.Context, ws int64, cs *Changeset, info CommitInfo) (Revision, error) {
+func (s *Store) Apply(ctx context.Context, ws int64, cs *core.Changeset, info CommitInfo) (core.Revision, error) {
 	ops, err := cleanOps(cs.Ops)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	if info.Base == 0 {
 		info.Base = cs.From
@@ -24,51 +26,51 @@ func (s *Store) Apply(ctx context.Context, ws int64, cs *Changeset, info CommitI
 
 // removal is an entry a changeset takes away, resolved against the base.
 type removal struct {
-	op     Op
+	op     core.Op
 	parent uint64
 	name   string
 	ino    uint64
 }
 
-func (t *wtx) applyChangeset(ops []Op) error {
+func (t *wtx) applyChangeset(ops []core.Op) error {
 	var removals []removal
-	var adds, links, edits []Op
+	var adds, links, edits []core.Op
 	moved := map[string]uint64{} // rename source path -> inode
 	for _, op := range ops {
 		switch op.Kind {
-		case OpDelete, OpDeleteAll, OpRename:
+		case core.OpDelete, core.OpDeleteAll, core.OpRename:
 			p := op.Path
-			if op.Kind == OpRename {
+			if op.Kind == core.OpRename {
 				if op.Exchange {
-					return opError(op, fmt.Errorf("exchange in a changeset: %w", ErrInvalidArgument))
+					return opError(op, fmt.Errorf("exchange in a changeset: %w", core.ErrInvalidArgument))
 				}
 				p = op.From
 			}
 			if p == "" {
-				if op.Kind == OpDeleteAll {
+				if op.Kind == core.OpDeleteAll {
 					removals = append(removals, removal{op: op, ino: t.v.root})
 					continue
 				}
-				return opError(op, ErrInvalidArgument)
+				return opError(op, core.ErrInvalidArgument)
 			}
 			parent, name, err := t.parentOf(p)
 			if err != nil {
 				return opError(op, err)
 			}
 			ino, _, err := t.lookup(parent.ino, name)
-			if errors.Is(err, ErrNotFound) && op.Kind == OpDeleteAll {
+			if errors.Is(err, core.ErrNotFound) && op.Kind == core.OpDeleteAll {
 				continue
 			} else if err != nil {
 				return pathErr(string(op.Kind), p, err)
 			}
 			removals = append(removals, removal{op: op, parent: parent.ino, name: name, ino: ino})
-			if op.Kind == OpRename {
+			if op.Kind == core.OpRename {
 				adds = append(adds, op)
 				moved[op.From] = ino
 			}
-		case OpMkdir, OpCreate, OpSymlink:
+		case core.OpMkdir, core.OpCreate, core.OpSymlink:
 			adds = append(adds, op)
-		case OpLink:
+		case core.OpLink:
 			links = append(links, op)
 		default:
 			edits = append(edits, op)
@@ -87,7 +89,7 @@ func (t *wtx) applyChangeset(ops []Op) error {
 	sort.SliceStable(adds, func(i, j int) bool { return depth(adds[i].Path) < depth(adds[j].Path) })
 	for _, op := range adds {
 		var err error
-		if op.Kind == OpRename {
+		if op.Kind == core.OpRename {
 			err = t.attach(op.Path, moved[op.From])
 		} else {
 			err = t.apply(op)
@@ -104,8 +106,8 @@ func (t *wtx) applyChangeset(ops []Op) error {
 	return nil
 }
 
-func removalPath(op Op) string {
-	if op.Kind == OpRename {
+func removalPath(op core.Op) string {
+	if op.Kind == core.OpRename {
 		return op.From
 	}
 	return op.Path
@@ -117,7 +119,7 @@ func (t *wtx) removeResolved(r removal) error {
 		return err
 	}
 	switch r.op.Kind {
-	case OpRename:
+	case core.OpRename:
 		// Detach only; the inode is attached at its new name later.
 		if in.isDir() {
 			t.movedDirs()
@@ -127,7 +129,7 @@ func (t *wtx) removeResolved(r removal) error {
 			in.forgetLink(r.parent, r.name) // attach records the new name
 		}
 		return t.setEntry(r.parent, r.name, 0, 0)
-	case OpDeleteAll:
+	case core.OpDeleteAll:
 		if in.isDir() {
 			if err := t.emptyDir(in); err != nil {
 				return err
@@ -143,7 +145,7 @@ func (t *wtx) removeResolved(r removal) error {
 				return err
 			}
 			if len(children) > 0 {
-				return ErrNotEmpty
+				return core.ErrNotEmpty
 			}
 		}
 	}
@@ -169,44 +171,44 @@ func (t *wtx) attach(p string, ino uint64) error {
 // Restore makes the tree at path p (the whole tree if p is "") look as it
 // did at revision rev, as a new revision. Paths outside p are untouched. If
 // nothing differs, no revision is made and the head revision is returned.
-func (s *Store) Restore(ctx context.Context, ws int64, rev int64, p string, info CommitInfo) (Revision, error) {
-	clean, err := CleanPath(p)
+func (s *Store) Restore(ctx context.Context, ws int64, rev int64, p string, info CommitInfo) (core.Revision, error) {
+	clean, err := core.CleanPath(p)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	w, err := s.WorkspaceByID(ctx, ws)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	cs, err := s.Diff(ctx, ws, w.Head, rev)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	ops, err := s.restrict(ctx, ws, rev, cs.Ops, clean)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	if len(ops) == 0 {
 		log, err := s.Log(ctx, ws, 1)
 		if err != nil || len(log) == 0 {
-			return Revision{}, err
+			return core.Revision{}, err
 		}
 		return log[0], nil
 	}
 	if info.Source == "" {
-		info.Source = SourceRestore
+		info.Source = core.SourceRestore
 	}
 	if info.Message == "" {
 		info.Message = fmt.Sprintf("restore %q from revision %d", clean, rev)
 	}
 	info.Base = cs.From
-	return s.Apply(ctx, ws, &Changeset{From: cs.From, To: cs.To, Ops: ops}, info)
+	return s.Apply(ctx, ws, &core.Changeset{From: cs.From, To: cs.To, Ops: ops}, info)
 }
 
 // restrict keeps the ops of a changeset that touch only the subtree at root.
 // A rename across the subtree's edge becomes a delete (moving out) or a
 // fresh copy of the old file (moving in), so nothing outside changes.
-func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root string) ([]Op, error) {
+func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []core.Op, root string) ([]core.Op, error) {
 	if root == "" {
 		return ops, nil
 	}
@@ -217,9 +219,9 @@ func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root stri
 	for _, op := range ops {
 		var paths []string
 		switch op.Kind {
-		case OpRename:
+		case core.OpRename:
 			paths = []string{op.From, op.Path}
-		case OpDelete, OpDeleteAll, OpMkdir, OpCreate, OpSymlink:
+		case core.OpDelete, core.OpDeleteAll, core.OpMkdir, core.OpCreate, core.OpSymlink:
 			paths = []string{op.Path}
 		}
 		for _, p := range paths {
@@ -227,17 +229,17 @@ func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root stri
 				return s.replaceOps(ctx, ws, rev, root)
 			}
 		}
-		if (op.Kind == OpRename || op.Kind == OpLink) && inSubtree(op.Path, root) && !inSubtree(op.From, root) {
+		if (op.Kind == core.OpRename || op.Kind == core.OpLink) && inSubtree(op.Path, root) && !inSubtree(op.From, root) {
 			return s.replaceOps(ctx, ws, rev, root)
 		}
 	}
-	var out []Op
+	var out []core.Op
 	for _, op := range ops {
 		in := inSubtree(op.Path, root)
 		switch {
-		case op.Kind == OpRename && !in && inSubtree(op.From, root):
+		case op.Kind == core.OpRename && !in && inSubtree(op.From, root):
 			// What moves out goes with everything beneath it.
-			out = append(out, Op{Kind: OpDeleteAll, Path: op.From})
+			out = append(out, core.Op{Kind: core.OpDeleteAll, Path: op.From})
 		case in:
 			out = append(out, op)
 		}
@@ -246,14 +248,14 @@ func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []Op, root stri
 }
 
 // replaceOps replaces the subtree at root with a copy of it as it was at rev.
-func (s *Store) replaceOps(ctx context.Context, ws, rev int64, root string) ([]Op, error) {
+func (s *Store) replaceOps(ctx context.Context, ws, rev int64, root string) ([]core.Op, error) {
 	exists := func(rev int64) (bool, error) {
 		sn, err := s.Snapshot(ctx, ws, rev)
 		if err != nil {
 			return false, err
 		}
 		_, err = sn.Stat(ctx, root)
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotDir) {
+		if errors.Is(err, core.ErrNotFound) || errors.Is(err, core.ErrNotDir) {
 			return false, nil
 		}
 		return err == nil, err
@@ -262,13 +264,13 @@ func (s *Store) replaceOps(ctx context.Context, ws, rev int64, root string) ([]O
 	if err != nil {
 		return nil, err
 	}
-	now, err := exists(Head)
+	now, err := exists(core.Head)
 	if err != nil {
 		return nil, err
 	}
-	var out []Op
+	var out []core.Op
 	if now {
-		out = append(out, Op{Kind: OpDeleteAll, Path: root})
+		out = append(out, core.Op{Kind: core.OpDeleteAll, Path: root})
 	}
 	if then {
 		cp, err := s.copyOps(ctx, ws, rev, root)
@@ -282,7 +284,7 @@ func (s *Store) replaceOps(ctx context.Context, ws, rev int64, root string) ([]O
 
 // copyOps recreates the entry at p (and what lies beneath it) as it was at
 // rev; hard links within it stay hard links.
-func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, error) {
+func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]core.Op, error) {
 	sn, err := s.Snapshot(ctx, ws, rev)
 	if err != nil {
 		return nil, err
@@ -291,11 +293,11 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]Op, err
 	if err != nil {
 		return nil, err
 	}
-	var ops, links, times []Op
+	var ops, links, times []core.Op
 	seen := map[uint64]string{} // inode -> the path it was copied to
-	err = sn.Walk(ctx, p, func(q string, st Stat) error {
+	err = sn.Walk(ctx, p, func(q string, st core.Stat) error {
 		if first, ok := seen[st.Ino]; ok && !st.IsDir() {
-			links = append(links, Op{Kind: OpLink, From: first, Path: q})
+			links = append(links, core.Op{Kind: core.OpLink, From: first, Path: q})
 			return nil
 		}
 		seen[st.Ino] = q

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"computerd/core"
 )
 
 // TestCheckpointer checks that the writer leaves checkpoints to the
@@ -33,10 +35,10 @@ func TestCheckpointer(t *testing.T) {
 	// 24 MiB of distinct chunks, over ckptEvery, in batches like an import's.
 	up := s.NewUploader()
 	chunk := make([]byte, s.chunkSize)
-	var hashes []Hash
+	var hashes []core.Hash
 	for i := 0; i < 24<<20/int(s.chunkSize); i++ {
 		binary.LittleEndian.PutUint64(chunk, uint64(i)+1)
-		h := Hash(sha256.Sum256(chunk))
+		h := core.Hash(sha256.Sum256(chunk))
 		hashes = append(hashes, h)
 		if err := up.PutChunk(ctx, h, chunk); err != nil {
 			t.Fatal(err)
@@ -90,37 +92,37 @@ func TestUploaderIdentify(t *testing.T) {
 	}
 	up := s.NewUploader()
 	data := []string{"first chunk 0123", "second chunk 456", "third"}
-	content := &Content{}
+	content := &core.Content{}
 	for i, d := range data {
-		h := Hash(sha256.Sum256([]byte(d)))
+		h := core.Hash(sha256.Sum256([]byte(d)))
 		if err := up.PutChunk(ctx, h, []byte(d)); err != nil {
 			t.Fatal(err)
 		}
-		content.Chunks = append(content.Chunks, ChunkRef{Index: int64(i), Hash: h, Len: len(d)})
+		content.Chunks = append(content.Chunks, core.ChunkRef{Index: int64(i), Hash: h, Len: len(d)})
 		content.Size += int64(len(d))
 	}
 	content.Size = 2*16 + int64(len(data[2]))
 	if err := up.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	oldRef := ChunkRef{Index: 0, Hash: old.Chunks[0].Hash, Len: old.Chunks[0].Len}
-	cs := &Changeset{Ops: []Op{
-		{Kind: OpCreate, Path: "new", Mode: 0o644, Content: content},
-		{Kind: OpCreate, Path: "old", Mode: 0o644, Content: &Content{Size: 16, Chunks: []ChunkRef{oldRef}}},
+	oldRef := core.ChunkRef{Index: 0, Hash: old.Chunks[0].Hash, Len: old.Chunks[0].Len}
+	cs := &core.Changeset{Ops: []core.Op{
+		{Kind: core.OpCreate, Path: "new", Mode: 0o644, Content: content},
+		{Kind: core.OpCreate, Path: "old", Mode: 0o644, Content: &core.Content{Size: 16, Chunks: []core.ChunkRef{oldRef}}},
 	}}
 	up.Identify(cs)
 	for i, ref := range content.Chunks {
-		if ref.id == 0 {
+		if ref.Row == 0 {
 			t.Fatalf("chunk %d not identified", i)
 		}
 	}
-	if id := cs.Ops[1].Content.Chunks[0].id; id != 0 {
+	if id := cs.Ops[1].Content.Chunks[0].Row; id != 0 {
 		t.Fatalf("a chunk the uploader did not store got id %d", id)
 	}
 	if _, err := s.Apply(ctx, w.ID, cs, CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	sn, err := s.Snapshot(ctx, w.ID, Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,12 @@ package fsstore
 import (
 	"context"
 	"strings"
+
+	"computerd/core"
 )
 
 // HasChunks reports, for each hash, whether the store holds that chunk.
-func (s *Store) HasChunks(ctx context.Context, hashes []Hash) ([]bool, error) {
+func (s *Store) HasChunks(ctx context.Context, hashes []core.Hash) ([]bool, error) {
 	out := make([]bool, len(hashes))
 	const batch = 500
 	for start := 0; start < len(hashes); start += batch {
@@ -19,14 +21,14 @@ func (s *Store) HasChunks(ctx context.Context, hashes []Hash) ([]bool, error) {
 		if err != nil {
 			return nil, wrapDB("look up chunks", err)
 		}
-		have := map[Hash]bool{}
+		have := map[core.Hash]bool{}
 		for rows.Next() {
 			var b []byte
 			if err := rows.Scan(&b); err != nil {
 				rows.Close()
 				return nil, wrapDB("look up chunks", err)
 			}
-			var h Hash
+			var h core.Hash
 			copy(h[:], b)
 			have[h] = true
 		}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"computerd/core"
 )
 
 // uploadBatch is how many bytes an Uploader buffers before writing them in
@@ -29,16 +31,16 @@ type Uploader struct {
 	// Put reads chunks straight into arena, and pending chunks are slices
 	// of it (or of the arenas it grew out of, for the first batch).
 	arena  []byte
-	grow   int            // the size of the next arena to make
-	spare  []byte         // a full-size arena whose batch is written, for reuse
-	flight *upload        // the batch being written, if any
-	known  map[Hash]int64 // row ids of the chunks PutChunk stored
+	grow   int                 // the size of the next arena to make
+	spare  []byte              // a full-size arena whose batch is written, for reuse
+	flight *upload             // the batch being written, if any
+	known  map[core.Hash]int64 // row ids of the chunks PutChunk stored
 }
 
 type pendingChunk struct {
-	hash Hash
+	hash core.Hash
 	data []byte
-	c    *Content // where the chunk is named, to note its row id
+	c    *core.Content // where the chunk is named, to note its row id
 	i    int
 }
 
@@ -74,8 +76,8 @@ func (u *Uploader) room() []byte {
 }
 
 // Put reads r to its end and returns its content as chunk references.
-func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
-	c := &Content{Chunks: []ChunkRef{}}
+func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
+	c := &core.Content{Chunks: []core.ChunkRef{}}
 	for idx := int64(0); ; idx++ {
 		buf := u.room()
 		n, err := io.ReadFull(r, buf)
@@ -84,8 +86,8 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 			if !allZero(buf[:n]) {
 				data := buf[:n:n]
 				u.arena = u.arena[:len(u.arena)+n]
-				h := Hash(sha256.Sum256(data))
-				c.Chunks = append(c.Chunks, ChunkRef{Index: idx, Hash: h, Len: n})
+				h := core.Hash(sha256.Sum256(data))
+				c.Chunks = append(c.Chunks, core.ChunkRef{Index: idx, Hash: h, Len: n})
 				u.pending = append(u.pending, pendingChunk{h, data, c, len(c.Chunks) - 1})
 				u.size += n
 				if u.size >= uploadBatch {
@@ -107,9 +109,9 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*Content, error) {
 // (sync's decoder verifies every chunk against its hash), so it is not
 // hashed again. Its bytes are copied; an all-zero chunk is a hole and is
 // not stored.
-func (u *Uploader) PutChunk(ctx context.Context, h Hash, data []byte) error {
+func (u *Uploader) PutChunk(ctx context.Context, h core.Hash, data []byte) error {
 	if len(data) > int(u.s.chunkSize) {
-		return fmt.Errorf("chunk of %d bytes over the store's chunk size %d: %w", len(data), u.s.chunkSize, ErrInvalidArgument)
+		return fmt.Errorf("chunk of %d bytes over the store's chunk size %d: %w", len(data), u.s.chunkSize, core.ErrInvalidArgument)
 	}
 	if len(data) == 0 || allZero(data) {
 		return nil
@@ -166,11 +168,11 @@ func (u *Uploader) noteIDs(chunks []pendingChunk, ids []int64) {
 	for i, id := range ids {
 		p := chunks[i]
 		if p.c != nil {
-			p.c.Chunks[p.i].id = id
+			p.c.Chunks[p.i].Row = id
 			continue
 		}
 		if u.known == nil {
-			u.known = map[Hash]int64{}
+			u.known = map[core.Hash]int64{}
 		}
 		u.known[p.hash] = id
 	}
@@ -180,7 +182,7 @@ func (u *Uploader) noteIDs(chunks []pendingChunk, ids []int64) {
 // Uploader's PutChunk stored (call it after Flush), so that committing cs
 // finds them by id, in runs, rather than one hash lookup each. The ids are
 // only hints: a commit still checks each row's hash.
-func (u *Uploader) Identify(cs *Changeset) {
+func (u *Uploader) Identify(cs *core.Changeset) {
 	if len(u.known) == 0 {
 		return
 	}
@@ -190,8 +192,8 @@ func (u *Uploader) Identify(cs *Changeset) {
 		}
 		for i := range op.Content.Chunks {
 			ref := &op.Content.Chunks[i]
-			if id, ok := u.known[ref.Hash]; ok && ref.id == 0 {
-				ref.id = id
+			if id, ok := u.known[ref.Hash]; ok && ref.Row == 0 {
+				ref.Row = id
 			}
 		}
 	}
@@ -221,7 +223,7 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, core.ErrClosed
 	}
 	ids := make([]int64, 0, len(chunks))
 	var content int64
@@ -250,7 +252,7 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64
 
 // Put stores r's bytes as chunks and returns the content to name in a
 // create or write op.
-func (s *Store) Put(ctx context.Context, r io.Reader) (*Content, error) {
+func (s *Store) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
 	u := s.NewUploader()
 	c, err := u.Put(ctx, r)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -101,7 +102,7 @@ func crashData(rng *rand.Rand, n int) []byte {
 // step returns the ops that make revision r (r >= 2) from the model at r-1,
 // applies them to the model, and marks which creates the child should upload
 // through Store.Put.
-func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
+func (m *crashModel) step(r int64) (ops []core.Op, viaPut []bool) {
 	rng := rand.New(rand.NewPCG(0xC0FFEE, uint64(r)))
 	pickDir := func(maxDepth int) string {
 		ds := []string{""}
@@ -119,7 +120,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 		}
 		return fs[rng.IntN(len(fs))], true
 	}
-	add := func(op fsstore.Op, put bool) {
+	add := func(op core.Op, put bool) {
 		ops = append(ops, op)
 		viaPut = append(viaPut, put)
 	}
@@ -136,7 +137,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 				continue
 			}
 			data := crashData(rng, rng.IntN(100))
-			add(fsstore.Op{Kind: fsstore.OpCreate, Path: p, Data: data}, false)
+			add(core.Op{Kind: core.OpCreate, Path: p, Data: data}, false)
 			m.create(p, data)
 		case k < 5: // multi-chunk file, up to ~130 chunks
 			p := crashJoin(pickDir(3), fmt.Sprintf("f%d", rng.IntN(8)))
@@ -144,7 +145,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 				continue
 			}
 			data := crashData(rng, 200+rng.IntN(8000))
-			add(fsstore.Op{Kind: fsstore.OpCreate, Path: p, Data: data}, rng.IntN(3) == 0)
+			add(core.Op{Kind: core.OpCreate, Path: p, Data: data}, rng.IntN(3) == 0)
 			m.create(p, data)
 		case k < 8: // write into a file, maybe past its end
 			p, ok := pickFile()
@@ -154,7 +155,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			f := m.files[p]
 			off := rng.IntN(len(f.data) + 150)
 			data := crashData(rng, 1+rng.IntN(1500))
-			add(fsstore.Op{Kind: fsstore.OpWrite, Path: p, Offset: int64(off), Data: data}, false)
+			add(core.Op{Kind: core.OpWrite, Path: p, Offset: int64(off), Data: data}, false)
 			f.data = modelWrite(bytes.Clone(f.data), int64(off), data)
 		case k < 10: // truncate
 			p, ok := pickFile()
@@ -163,7 +164,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			}
 			f := m.files[p]
 			size := rng.IntN(2*len(f.data) + 100)
-			add(fsstore.Op{Kind: fsstore.OpTruncate, Path: p, Size: int64(size)}, false)
+			add(core.Op{Kind: core.OpTruncate, Path: p, Size: int64(size)}, false)
 			f.data = modelTruncate(bytes.Clone(f.data), int64(size))
 		case k < 12: // rename a file, maybe over another
 			src, ok := pickFile()
@@ -174,7 +175,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			if dst == src || m.dirs[dst] || m.links[dst] != "" {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpRename, From: src, Path: dst}, false)
+			add(core.Op{Kind: core.OpRename, From: src, Path: dst}, false)
 			if m.files[dst] != m.files[src] { // renaming onto another name of the same file does nothing
 				m.files[dst] = m.files[src]
 				delete(m.files, src)
@@ -184,21 +185,21 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			if !ok {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpDelete, Path: p}, false)
+			add(core.Op{Kind: core.OpDelete, Path: p}, false)
 			delete(m.files, p)
 		case k < 15: // mkdir
 			p := crashJoin(pickDir(2), fmt.Sprintf("d%d", rng.IntN(4)))
 			if m.exists(p) {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpMkdir, Path: p}, false)
+			add(core.Op{Kind: core.OpMkdir, Path: p}, false)
 			m.dirs[p] = true
 		case k < 16: // delete a directory with everything in it
 			d := pickDir(3)
 			if d == "" || rng.IntN(3) != 0 {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpDeleteAll, Path: d}, false)
+			add(core.Op{Kind: core.OpDeleteAll, Path: d}, false)
 			for p := range m.files {
 				if p == d || strings.HasPrefix(p, d+"/") {
 					delete(m.files, p)
@@ -227,7 +228,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			if m.exists(dst) {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpRename, From: src, Path: dst}, false)
+			add(core.Op{Kind: core.OpRename, From: src, Path: dst}, false)
 			move := func(p string) (string, bool) {
 				if p == src {
 					return dst, true
@@ -263,7 +264,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 				continue
 			}
 			target := fmt.Sprintf("../target/%d/%d", r, rng.IntN(1000))
-			add(fsstore.Op{Kind: fsstore.OpSymlink, Path: p, Target: target}, false)
+			add(core.Op{Kind: core.OpSymlink, Path: p, Target: target}, false)
 			m.links[p] = target
 		case k < 19: // delete a symlink
 			ls := sortedKeys(m.links)
@@ -271,7 +272,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 				continue
 			}
 			p := ls[rng.IntN(len(ls))]
-			add(fsstore.Op{Kind: fsstore.OpDelete, Path: p}, false)
+			add(core.Op{Kind: core.OpDelete, Path: p}, false)
 			delete(m.links, p)
 		case k < 20: // a hard link, or swap two files
 			src, ok := pickFile()
@@ -283,7 +284,7 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 				if m.exists(dst) {
 					continue
 				}
-				add(fsstore.Op{Kind: fsstore.OpLink, From: src, Path: dst}, false)
+				add(core.Op{Kind: core.OpLink, From: src, Path: dst}, false)
 				m.files[dst] = m.files[src]
 				continue
 			}
@@ -291,20 +292,20 @@ func (m *crashModel) step(r int64) (ops []fsstore.Op, viaPut []bool) {
 			if dst == src {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpRename, From: src, Path: dst, Exchange: true}, false)
+			add(core.Op{Kind: core.OpRename, From: src, Path: dst, Exchange: true}, false)
 			m.files[src], m.files[dst] = m.files[dst], m.files[src]
 		default: // an empty file
 			p := crashJoin(pickDir(3), fmt.Sprintf("f%d", rng.IntN(8)))
 			if m.dirs[p] || m.links[p] != "" {
 				continue
 			}
-			add(fsstore.Op{Kind: fsstore.OpCreate, Path: p}, false)
+			add(core.Op{Kind: core.OpCreate, Path: p}, false)
 			m.create(p, []byte{})
 		}
 	}
 	if len(ops) == 0 {
 		p := fmt.Sprintf("fallback%d", r%3)
-		add(fsstore.Op{Kind: fsstore.OpCreate, Path: p, Data: []byte(p)}, false)
+		add(core.Op{Kind: core.OpCreate, Path: p, Data: []byte(p)}, false)
 		m.create(p, []byte(p))
 	}
 	return ops, viaPut
@@ -342,7 +343,7 @@ func crashTreeEntries(ctx context.Context, s *fsstore.Store, ws, rev int64) (map
 		return nil, err
 	}
 	out := map[string]string{}
-	err = sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
+	err = sn.Walk(ctx, "", func(p string, st core.Stat) error {
 		switch {
 		case p == "":
 		case st.IsDir():
@@ -390,7 +391,7 @@ func TestCrashChild(t *testing.T) {
 		die("open: %v", err)
 	}
 	w, err := s.Workspace(ctx, crashTenant, crashWSName)
-	if errors.Is(err, fsstore.ErrWorkspaceNotFound) {
+	if errors.Is(err, core.ErrWorkspaceNotFound) {
 		if w, err = s.CreateWorkspace(ctx, crashTenant, crashWSName); err != nil {
 			die("create: %v", err)
 		}
@@ -411,7 +412,7 @@ func TestCrashChild(t *testing.T) {
 				ops[i].Data, ops[i].Content = nil, c
 			}
 		}
-		rev, err := s.Commit(ctx, w.ID, &fsstore.Batch{Ops: ops}, fsstore.CommitInfo{Message: fmt.Sprint("rev ", r)})
+		rev, err := s.Commit(ctx, w.ID, &core.Batch{Ops: ops}, fsstore.CommitInfo{Message: fmt.Sprint("rev ", r)})
 		if err != nil {
 			die("commit %d: %v\nops: %v", r, err, ops)
 		}
@@ -567,7 +568,7 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("cycle %d: reopen: %v", cycle, err)
 		}
 		w, err := s.Workspace(ctx, crashTenant, crashWSName)
-		if errors.Is(err, fsstore.ErrWorkspaceNotFound) && lastAck == 0 {
+		if errors.Is(err, core.ErrWorkspaceNotFound) && lastAck == 0 {
 			s.Close()
 			continue // killed before it made the workspace
 		} else if err != nil {
@@ -622,7 +623,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	bbCheck(t, s)
 	ops, _ := crashModelAt(w.Head).step(w.Head + 1)
-	if _, err := s.Commit(ctx, w.ID, &fsstore.Batch{Ops: ops}, fsstore.CommitInfo{}); err != nil {
+	if _, err := s.Commit(ctx, w.ID, &core.Batch{Ops: ops}, fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	verifyRev(s, w.ID, w.Head+1)

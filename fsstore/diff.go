@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"computerd/core"
 )
 
 // Diff returns the changeset that turns revision from of workspace ws into
 // revision to (either may be the older). It reads only the rows born
 // between the two revisions, so it costs O(changes), not O(tree).
-func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*Changeset, error) {
+func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*core.Changeset, error) {
 	a, err := s.Snapshot(ctx, ws, from)
 	if err != nil {
 		return nil, err
@@ -32,19 +34,19 @@ func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*Changeset,
 	if err = b.settle(ctx, a.settle(ctx, err)); err != nil {
 		return nil, err
 	}
-	return &Changeset{From: a.Rev, To: b.Rev, Ops: d.ops}, nil
+	return &core.Changeset{From: a.Rev, To: b.Rev, Ops: d.ops}, nil
 }
 
 // differ accumulates the ops of one diff, by phase.
 type differ struct {
 	va, vb  *view
 	cs      int64
-	removes []Op // delete, base paths
-	renames []Op
-	adds    []Op // mkdir, create, symlink
-	links   []Op
-	edits   []Op // content and attributes, result paths
-	ops     []Op
+	removes []core.Op // delete, base paths
+	renames []core.Op
+	adds    []core.Op // mkdir, create, symlink
+	links   []core.Op
+	edits   []core.Op // content and attributes, result paths
+	ops     []core.Op
 	// changed lists the paths that changed in content or structure (not
 	// directory attributes, which every entry change also touches).
 	changed []string
@@ -125,7 +127,7 @@ func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view) (*differ
 
 func lookupOrZero(v *view, k dirEntryKey) (uint64, error) {
 	ino, _, err := v.lookup(k.parent, k.name)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return 0, nil
 	}
 	return ino, err
@@ -178,7 +180,7 @@ func (d *differ) paths(pathOf func(dirEntryKey) (string, error), keys []dirEntry
 
 func inodeOrNil(v *view, ino uint64) (*inode, error) {
 	in, err := v.inode(ino)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return nil, nil
 	}
 	return in, err
@@ -205,7 +207,7 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 	switch {
 	case ib == nil:
 		for _, p := range pa {
-			d.removes = append(d.removes, Op{Kind: OpDelete, Path: p})
+			d.removes = append(d.removes, core.Op{Kind: core.OpDelete, Path: p})
 			d.changed = append(d.changed, p)
 		}
 		return nil
@@ -217,11 +219,11 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 	}
 	n := min(len(pa), len(pb))
 	for i := 0; i < n; i++ {
-		d.renames = append(d.renames, Op{Kind: OpRename, From: pa[i], Path: pb[i]})
+		d.renames = append(d.renames, core.Op{Kind: core.OpRename, From: pa[i], Path: pb[i]})
 		d.changed = append(d.changed, pa[i], pb[i])
 	}
 	for _, p := range pa[n:] {
-		d.removes = append(d.removes, Op{Kind: OpDelete, Path: p})
+		d.removes = append(d.removes, core.Op{Kind: core.OpDelete, Path: p})
 		d.changed = append(d.changed, p)
 	}
 	if len(pb) > n {
@@ -241,7 +243,7 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 			}
 		}
 		for _, p := range pb[n:] {
-			d.links = append(d.links, Op{Kind: OpLink, From: from, Path: p})
+			d.links = append(d.links, core.Op{Kind: core.OpLink, From: from, Path: p})
 			d.changed = append(d.changed, p)
 		}
 	}
@@ -311,9 +313,9 @@ func (d *differ) created(in *inode, pb []string) error {
 	}
 	switch {
 	case in.isDir():
-		d.adds = append(d.adds, Op{Kind: OpMkdir, Path: p, Mode: fileMode(in.mode)})
+		d.adds = append(d.adds, core.Op{Kind: core.OpMkdir, Path: p, Mode: fileMode(in.mode)})
 	case in.isSymlink():
-		d.adds = append(d.adds, Op{Kind: OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
+		d.adds = append(d.adds, core.Op{Kind: core.OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
 	default:
 		es, err := d.vb.extents(in.ino, 0, (in.size+d.cs-1)/d.cs)
 		if err != nil {
@@ -323,30 +325,30 @@ func (d *differ) created(in *inode, pb []string) error {
 		if err != nil {
 			return err
 		}
-		d.adds = append(d.adds, Op{Kind: OpCreate, Path: p, Mode: fileMode(in.mode), Content: &Content{Size: in.size, Chunks: refs}, Mtime: in.mtime})
+		d.adds = append(d.adds, core.Op{Kind: core.OpCreate, Path: p, Mode: fileMode(in.mode), Content: &core.Content{Size: in.size, Chunks: refs}, Mtime: in.mtime})
 	}
 	for _, q := range pb[1:] {
-		d.links = append(d.links, Op{Kind: OpLink, From: p, Path: q})
+		d.links = append(d.links, core.Op{Kind: core.OpLink, From: p, Path: q})
 	}
 	if in.uid != 0 || in.gid != 0 {
-		d.edits = append(d.edits, Op{Kind: OpChown, Path: p, UID: in.uid, GID: in.gid})
+		d.edits = append(d.edits, core.Op{Kind: core.OpChown, Path: p, UID: in.uid, GID: in.gid})
 	}
 	if in.isDir() {
 		// Entries added beneath it would move a time set earlier.
-		d.edits = append(d.edits, Op{Kind: OpUtimes, Path: p, Mtime: in.mtime})
+		d.edits = append(d.edits, core.Op{Kind: core.OpUtimes, Path: p, Mtime: in.mtime})
 	}
 	return nil
 }
 
-func (d *differ) refs(es []extent) ([]ChunkRef, error) {
-	refs := make([]ChunkRef, len(es))
+func (d *differ) refs(es []extent) ([]core.ChunkRef, error) {
+	refs := make([]core.ChunkRef, len(es))
 	for i, e := range es {
 		var h []byte
 		if err := d.vb.q.chunkInfo.QueryRowContext(d.vb.ctx, e.chunk).Scan(&h, &refs[i].Len); err != nil {
 			return nil, wrapDB("chunk info", err)
 		}
 		copy(refs[i].Hash[:], h)
-		refs[i].Index, refs[i].id = e.idx, e.chunk
+		refs[i].Index, refs[i].Row = e.idx, e.chunk
 	}
 	return refs, nil
 }
@@ -379,7 +381,7 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 	}
 	if hole >= 0 {
 		// Data became a hole: cut the file there and rewrite what follows.
-		d.edits = append(d.edits, Op{Kind: OpTruncate, Path: p, Size: hole * d.cs})
+		d.edits = append(d.edits, core.Op{Kind: core.OpTruncate, Path: p, Size: hole * d.cs})
 		kept := writes[:0]
 		for _, w := range writes {
 			if w.idx < hole {
@@ -397,10 +399,10 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 		if err != nil {
 			return err
 		}
-		d.edits = append(d.edits, Op{Kind: OpWrite, Path: p, Content: &Content{Chunks: refs}})
+		d.edits = append(d.edits, core.Op{Kind: core.OpWrite, Path: p, Content: &core.Content{Chunks: refs}})
 	}
 	if hole >= 0 || ia.size != ib.size || len(writes) > 0 {
-		d.edits = append(d.edits, Op{Kind: OpTruncate, Path: p, Size: ib.size})
+		d.edits = append(d.edits, core.Op{Kind: core.OpTruncate, Path: p, Size: ib.size})
 		d.changed = append(d.changed, p)
 	}
 	return nil
@@ -410,15 +412,15 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 func (d *differ) attrs(ia, ib *inode, p string) {
 	changed := false
 	if ia.mode != ib.mode {
-		d.edits = append(d.edits, Op{Kind: OpChmod, Path: p, Mode: fileMode(ib.mode)})
+		d.edits = append(d.edits, core.Op{Kind: core.OpChmod, Path: p, Mode: fileMode(ib.mode)})
 		changed = true
 	}
 	if ia.uid != ib.uid || ia.gid != ib.gid {
-		d.edits = append(d.edits, Op{Kind: OpChown, Path: p, UID: ib.uid, GID: ib.gid})
+		d.edits = append(d.edits, core.Op{Kind: core.OpChown, Path: p, UID: ib.uid, GID: ib.gid})
 		changed = true
 	}
 	if ia.mtime != ib.mtime || ib.isDir() && d.entryDirs[ib.ino] {
-		d.edits = append(d.edits, Op{Kind: OpUtimes, Path: p, Mtime: ib.mtime})
+		d.edits = append(d.edits, core.Op{Kind: core.OpUtimes, Path: p, Mtime: ib.mtime})
 		changed = changed || !ib.isDir()
 	}
 	if changed && !ib.isDir() {
@@ -430,24 +432,24 @@ func (d *differ) attrs(ia, ib *inode, p string) {
 // shallowest first, links, and edits grouped by path.
 func (d *differ) finish() {
 	sort.SliceStable(d.removes, func(i, j int) bool { return d.removes[i].Path > d.removes[j].Path })
-	byPath := func(ops []Op) {
+	byPath := func(ops []core.Op) {
 		sort.SliceStable(ops, func(i, j int) bool { return ops[i].Path < ops[j].Path })
 	}
 	byPath(d.renames)
 	byPath(d.adds)
 	byPath(d.links)
 	byPath(d.edits)
-	d.ops = make([]Op, 0, len(d.removes)+len(d.renames)+len(d.adds)+len(d.links)+len(d.edits))
-	for _, ops := range [][]Op{d.removes, d.renames, d.adds, d.links, d.edits} {
+	d.ops = make([]core.Op, 0, len(d.removes)+len(d.renames)+len(d.adds)+len(d.links)+len(d.edits))
+	for _, ops := range [][]core.Op{d.removes, d.renames, d.adds, d.links, d.edits} {
 		d.ops = append(d.ops, ops...)
 	}
 	sort.Strings(d.changed)
 }
 
 // checkConflict fails if ops touch a path that changed between base and the head.
-func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []Op) error {
+func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []core.Op) error {
 	head := t.rev - 1
-	w := Workspace{ID: t.ws.id, Name: t.ws.name, Head: head}
+	w := core.Workspace{ID: t.ws.id, Name: t.ws.name, Head: head}
 	if err := s.checkRev(ctx, s.wconn, w, base); err != nil {
 		return err
 	}
@@ -466,9 +468,9 @@ func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []Op)
 	var conflicts []string
 	seen := map[string]bool{}
 	for _, op := range ops {
-		attr := op.Kind == OpChmod || op.Kind == OpChown || op.Kind == OpUtimes
+		attr := op.Kind == core.OpChmod || op.Kind == core.OpChown || op.Kind == core.OpUtimes
 		paths := []string{op.Path}
-		if op.Kind == OpRename || op.Kind == OpLink {
+		if op.Kind == core.OpRename || op.Kind == core.OpLink {
 			paths = append(paths, op.From)
 		}
 		for _, p := range paths {
@@ -486,7 +488,7 @@ func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []Op)
 	}
 	if len(conflicts) > 0 {
 		sort.Strings(conflicts)
-		return &ConflictError{Base: base, Head: head, Paths: conflicts}
+		return &core.ConflictError{Base: base, Head: head, Paths: conflicts}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"computerd/core"
 )
 
 // Drafts are hidden forks: a FUSE mount serving an exec keeps its writes in
@@ -12,19 +14,15 @@ import (
 // [A-Za-z0-9._-]), so Workspaces(tenant) never lists it; DeleteWorkspace,
 // Diff, Snapshot and CommitNodes work on it by id as on any workspace.
 
-// SourceInterrupted marks a revision committing writes whose mount or exec
-// ended without committing them itself (computerd died or was killed).
-const SourceInterrupted Source = "interrupted"
-
 // draftTenantPrefix marks the tenant of a draft; the owner's tenant follows.
 const draftTenantPrefix = "~draft~"
 
 // Draft is a hidden fork and the workspace it was made from.
 type Draft struct {
-	Workspace        // Tenant is the owner's tenant; ID and Head are the draft's
-	Origin    int64  `json:"origin"`     // the workspace forked
-	OriginRev int64  `json:"origin_rev"` // its revision the draft started from
-	Label     string `json:"label"`      // the name given at CreateDraft
+	core.Workspace        // Tenant is the owner's tenant; ID and Head are the draft's
+	Origin         int64  `json:"origin"`     // the workspace forked
+	OriginRev      int64  `json:"origin_rev"` // its revision the draft started from
+	Label          string `json:"label"`      // the name given at CreateDraft
 }
 
 // CreateDraft makes a hidden fork of workspace src at revision rev (Head for
@@ -32,7 +30,7 @@ type Draft struct {
 // among them.
 func (s *Store) CreateDraft(ctx context.Context, src int64, rev int64, label string) (Draft, error) {
 	if !validWorkspaceName(label) {
-		return Draft{}, fmt.Errorf("draft label %q: %w", label, ErrInvalidArgument)
+		return Draft{}, fmt.Errorf("draft label %q: %w", label, core.ErrInvalidArgument)
 	}
 	var id int64
 	err := s.write(ctx, func() error {
@@ -41,9 +39,9 @@ func (s *Store) CreateDraft(ctx context.Context, src int64, rev int64, label str
 			return err
 		}
 		if strings.HasPrefix(w.Tenant, draftTenantPrefix) {
-			return fmt.Errorf("draft of a draft: %w", ErrInvalidArgument)
+			return fmt.Errorf("draft of a draft: %w", core.ErrInvalidArgument)
 		}
-		if rev == Head {
+		if rev == core.Head {
 			rev = w.Head
 		} else if err := s.checkRev(ctx, s.wconn, w, rev); err != nil {
 			return err
@@ -53,15 +51,15 @@ func (s *Store) CreateDraft(ctx context.Context, src int64, rev int64, label str
 			return err
 		}
 		now := s.Now().UnixNano()
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?, ?, ?, ?, ?, 1, ?)`,
-			tenant, name, w.rootIno, w.ID, rev, now)
+		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
+			tenant, name, w.ID, rev, now)
 		if err != nil {
 			return wrapDB("create draft", err)
 		}
 		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(SourceFork), w.Tenant, "", fmt.Sprintf("draft of %s@%d", w.Name, rev), 0)
+		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("draft of %s@%d", w.Name, rev), 0)
 		return wrapDB("record revision", err)
 	})
 	if err != nil {
@@ -76,7 +74,7 @@ func (s *Store) CreateDraft(ctx context.Context, src int64, rev int64, label str
 
 func draftName(origin int64, label string) string { return fmt.Sprintf("%d~%s", origin, label) }
 
-func toDraft(w Workspace) Draft {
+func toDraft(w core.Workspace) Draft {
 	d := Draft{Workspace: w, Origin: w.BaseID, OriginRev: w.BaseRev}
 	d.Tenant = strings.TrimPrefix(w.Tenant, draftTenantPrefix)
 	if _, label, ok := strings.Cut(w.Name, "~"); ok {
@@ -107,9 +105,9 @@ func (s *Store) Drafts(ctx context.Context) ([]Draft, error) {
 // KeepDraft turns draft id into an ordinary workspace of its owner's tenant
 // called name (a fork of the draft's origin), so users can read, diff and
 // restore from it.
-func (s *Store) KeepDraft(ctx context.Context, id int64, name string) (Workspace, error) {
+func (s *Store) KeepDraft(ctx context.Context, id int64, name string) (core.Workspace, error) {
 	if !validWorkspaceName(name) {
-		return Workspace{}, fmt.Errorf("workspace name %q: %w", name, ErrInvalidArgument)
+		return core.Workspace{}, fmt.Errorf("workspace name %q: %w", name, core.ErrInvalidArgument)
 	}
 	err := s.write(ctx, func() error {
 		w, err := s.liveWorkspace(ctx, s.wconn, id)
@@ -117,7 +115,7 @@ func (s *Store) KeepDraft(ctx context.Context, id int64, name string) (Workspace
 			return err
 		}
 		if !strings.HasPrefix(w.Tenant, draftTenantPrefix) {
-			return fmt.Errorf("workspace %d is not a draft: %w", id, ErrInvalidArgument)
+			return fmt.Errorf("workspace %d is not a draft: %w", id, core.ErrInvalidArgument)
 		}
 		tenant := strings.TrimPrefix(w.Tenant, draftTenantPrefix)
 		if err := s.nameFree(ctx, tenant, name); err != nil {
@@ -127,7 +125,7 @@ func (s *Store) KeepDraft(ctx context.Context, id int64, name string) (Workspace
 		return wrapDB("keep draft", err)
 	})
 	if err != nil {
-		return Workspace{}, err
+		return core.Workspace{}, err
 	}
 	s.wsmu.Lock()
 	delete(s.wsCache, id)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -45,7 +46,7 @@ func bbTree(tb testing.TB, s *fsstore.Store, ws, rev int64) []bbEntry {
 		tb.Fatalf("snapshot %d@%d: %v", ws, rev, err)
 	}
 	var out []bbEntry
-	err = sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
+	err = sn.Walk(ctx, "", func(p string, st core.Stat) error {
 		e := bbEntry{Path: p, Ino: st.Ino, Mode: st.Mode, UID: st.UID, GID: st.GID, Nlink: st.Nlink,
 			Size: st.Size, Mtime: st.Mtime.UnixNano(), Ctime: st.Ctime.UnixNano(), Target: st.Target}
 		if st.Mode.IsRegular() {
@@ -102,9 +103,9 @@ func bbRowCounts(tb testing.TB, db *sql.DB) map[string]int64 {
 
 // bbState is the whole observable state of a store.
 type bbState struct {
-	Workspaces []fsstore.Workspace
+	Workspaces []core.Workspace
 	Trees      map[int64][]bbEntry
-	Logs       map[int64][]fsstore.Revision
+	Logs       map[int64][]core.Revision
 	Rows       map[string]int64
 }
 
@@ -115,9 +116,9 @@ func bbCapture(tb testing.TB, s *fsstore.Store, db *sql.DB) bbState {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st := bbState{Workspaces: wss, Trees: map[int64][]bbEntry{}, Logs: map[int64][]fsstore.Revision{}, Rows: bbRowCounts(tb, db)}
+	st := bbState{Workspaces: wss, Trees: map[int64][]bbEntry{}, Logs: map[int64][]core.Revision{}, Rows: bbRowCounts(tb, db)}
 	for _, w := range wss {
-		st.Trees[w.ID] = bbTree(tb, s, w.ID, fsstore.Head)
+		st.Trees[w.ID] = bbTree(tb, s, w.ID, core.Head)
 		if st.Logs[w.ID], err = s.Log(ctx, w.ID, 0); err != nil {
 			tb.Fatal(err)
 		}
@@ -156,9 +157,9 @@ func bbCheck(tb testing.TB, s *fsstore.Store) {
 	}
 }
 
-func bbCommit(tb testing.TB, s *fsstore.Store, ws int64, ops ...fsstore.Op) fsstore.Revision {
+func bbCommit(tb testing.TB, s *fsstore.Store, ws int64, ops ...core.Op) core.Revision {
 	tb.Helper()
-	r, err := s.Commit(context.Background(), ws, &fsstore.Batch{Ops: ops}, fsstore.CommitInfo{})
+	r, err := s.Commit(context.Background(), ws, &core.Batch{Ops: ops}, fsstore.CommitInfo{})
 	if err != nil {
 		tb.Fatalf("commit %v: %v", ops, err)
 	}
@@ -192,7 +193,7 @@ func bbHead(tb testing.TB, s *fsstore.Store, ws int64) int64 {
 // errFixture builds a small tree:
 //
 //	d/ d/f d/sub/ d/sub/g e/ file link->d abs->/etc hard (=d/f)
-func errFixture(t *testing.T) (*fsstore.Store, fsstore.Workspace) {
+func errFixture(t *testing.T) (*fsstore.Store, core.Workspace) {
 	t.Helper()
 	ctx := context.Background()
 	s := MustOpen(t)
@@ -201,17 +202,17 @@ func errFixture(t *testing.T) (*fsstore.Store, fsstore.Workspace) {
 		t.Fatal(err)
 	}
 	bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/f", Data: []byte("hello, a file of more than sixteen bytes")},
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d/sub"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/sub/g", Data: []byte("g")},
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "e"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "file", Data: []byte("top")},
-		fsstore.Op{Kind: fsstore.OpSymlink, Path: "link", Target: "d"},
-		fsstore.Op{Kind: fsstore.OpSymlink, Path: "abs", Target: "/etc"},
-		fsstore.Op{Kind: fsstore.OpLink, From: "d/f", Path: "hard"},
+		core.Op{Kind: core.OpMkdir, Path: "d"},
+		core.Op{Kind: core.OpCreate, Path: "d/f", Data: []byte("hello, a file of more than sixteen bytes")},
+		core.Op{Kind: core.OpMkdir, Path: "d/sub"},
+		core.Op{Kind: core.OpCreate, Path: "d/sub/g", Data: []byte("g")},
+		core.Op{Kind: core.OpMkdir, Path: "e"},
+		core.Op{Kind: core.OpCreate, Path: "file", Data: []byte("top")},
+		core.Op{Kind: core.OpSymlink, Path: "link", Target: "d"},
+		core.Op{Kind: core.OpSymlink, Path: "abs", Target: "/etc"},
+		core.Op{Kind: core.OpLink, From: "d/f", Path: "hard"},
 	)
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "second", Data: []byte("rev 3")})
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "second", Data: []byte("rev 3")})
 	return s, w
 }
 
@@ -222,189 +223,189 @@ func TestErrBatchOps(t *testing.T) {
 
 	long := strings.Repeat("x", 256)
 	var overlong strings.Builder
-	for overlong.Len() <= fsstore.MaxPathLen {
+	for overlong.Len() <= core.MaxPathLen {
 		overlong.WriteString(strings.Repeat("p", 200) + "/")
 	}
 	fresh := func(tag string) []byte { // data no chunk in the store holds yet
 		return bytes.Repeat([]byte("fresh chunk data "+tag+" "), 7)
 	}
-	type O = fsstore.Op
+	type O = core.Op
 	cases := []struct {
 		name string
 		ops  []O
 		want error
 	}{
-		// ErrNotFound
-		{"delete missing", []O{{Kind: fsstore.OpDelete, Path: "nope"}}, fsstore.ErrNotFound},
-		{"delete missing in dir", []O{{Kind: fsstore.OpDelete, Path: "d/nope"}}, fsstore.ErrNotFound},
-		{"write missing", []O{{Kind: fsstore.OpWrite, Path: "nope", Data: []byte("x")}}, fsstore.ErrNotFound},
-		{"truncate missing", []O{{Kind: fsstore.OpTruncate, Path: "nope", Size: 1}}, fsstore.ErrNotFound},
-		{"chmod missing", []O{{Kind: fsstore.OpChmod, Path: "nope", Mode: 0o600}}, fsstore.ErrNotFound},
-		{"chown missing", []O{{Kind: fsstore.OpChown, Path: "d/nope", UID: 1}}, fsstore.ErrNotFound},
-		{"utimes missing", []O{{Kind: fsstore.OpUtimes, Path: "nope", Mtime: 1}}, fsstore.ErrNotFound},
-		{"mkdir missing parent", []O{{Kind: fsstore.OpMkdir, Path: "nope/x"}}, fsstore.ErrNotFound},
-		{"create missing parent", []O{{Kind: fsstore.OpCreate, Path: "nope/x", Data: []byte("x")}}, fsstore.ErrNotFound},
-		{"create missing grandparent", []O{{Kind: fsstore.OpCreate, Path: "d/nope/x/y", Data: []byte("x")}}, fsstore.ErrNotFound},
-		{"symlink missing parent", []O{{Kind: fsstore.OpSymlink, Path: "nope/l", Target: "x"}}, fsstore.ErrNotFound},
-		{"rename missing source", []O{{Kind: fsstore.OpRename, From: "nope", Path: "x"}}, fsstore.ErrNotFound},
-		{"rename into missing dir", []O{{Kind: fsstore.OpRename, From: "file", Path: "nope/x"}}, fsstore.ErrNotFound},
-		{"link missing source", []O{{Kind: fsstore.OpLink, From: "nope", Path: "x"}}, fsstore.ErrNotFound},
-		{"exchange missing target", []O{{Kind: fsstore.OpRename, From: "file", Path: "nope", Exchange: true}}, fsstore.ErrNotFound},
+		// core.ErrNotFound
+		{"delete missing", []O{{Kind: core.OpDelete, Path: "nope"}}, core.ErrNotFound},
+		{"delete missing in dir", []O{{Kind: core.OpDelete, Path: "d/nope"}}, core.ErrNotFound},
+		{"write missing", []O{{Kind: core.OpWrite, Path: "nope", Data: []byte("x")}}, core.ErrNotFound},
+		{"truncate missing", []O{{Kind: core.OpTruncate, Path: "nope", Size: 1}}, core.ErrNotFound},
+		{"chmod missing", []O{{Kind: core.OpChmod, Path: "nope", Mode: 0o600}}, core.ErrNotFound},
+		{"chown missing", []O{{Kind: core.OpChown, Path: "d/nope", UID: 1}}, core.ErrNotFound},
+		{"utimes missing", []O{{Kind: core.OpUtimes, Path: "nope", Mtime: 1}}, core.ErrNotFound},
+		{"mkdir missing parent", []O{{Kind: core.OpMkdir, Path: "nope/x"}}, core.ErrNotFound},
+		{"create missing parent", []O{{Kind: core.OpCreate, Path: "nope/x", Data: []byte("x")}}, core.ErrNotFound},
+		{"create missing grandparent", []O{{Kind: core.OpCreate, Path: "d/nope/x/y", Data: []byte("x")}}, core.ErrNotFound},
+		{"symlink missing parent", []O{{Kind: core.OpSymlink, Path: "nope/l", Target: "x"}}, core.ErrNotFound},
+		{"rename missing source", []O{{Kind: core.OpRename, From: "nope", Path: "x"}}, core.ErrNotFound},
+		{"rename into missing dir", []O{{Kind: core.OpRename, From: "file", Path: "nope/x"}}, core.ErrNotFound},
+		{"link missing source", []O{{Kind: core.OpLink, From: "nope", Path: "x"}}, core.ErrNotFound},
+		{"exchange missing target", []O{{Kind: core.OpRename, From: "file", Path: "nope", Exchange: true}}, core.ErrNotFound},
 
-		// ErrExists
-		{"mkdir existing dir", []O{{Kind: fsstore.OpMkdir, Path: "d"}}, fsstore.ErrExists},
-		{"mkdir over file", []O{{Kind: fsstore.OpMkdir, Path: "file"}}, fsstore.ErrExists},
-		{"mkdir over symlink", []O{{Kind: fsstore.OpMkdir, Path: "link"}}, fsstore.ErrExists},
-		{"mkdir root", []O{{Kind: fsstore.OpMkdir, Path: ""}}, fsstore.ErrExists},
-		{"mkdir dot", []O{{Kind: fsstore.OpMkdir, Path: "./d/."}}, fsstore.ErrExists},
-		{"symlink over file", []O{{Kind: fsstore.OpSymlink, Path: "file", Target: "x"}}, fsstore.ErrExists},
-		{"symlink over dir", []O{{Kind: fsstore.OpSymlink, Path: "e", Target: "x"}}, fsstore.ErrExists},
-		{"link over file", []O{{Kind: fsstore.OpLink, From: "file", Path: "d/f"}}, fsstore.ErrExists},
-		{"rename noreplace", []O{{Kind: fsstore.OpRename, From: "file", Path: "d/f", NoReplace: true}}, fsstore.ErrExists},
-		{"create over symlink", []O{{Kind: fsstore.OpCreate, Path: "link", Data: []byte("x")}}, fsstore.ErrExists},
+		// core.ErrExists
+		{"mkdir existing dir", []O{{Kind: core.OpMkdir, Path: "d"}}, core.ErrExists},
+		{"mkdir over file", []O{{Kind: core.OpMkdir, Path: "file"}}, core.ErrExists},
+		{"mkdir over symlink", []O{{Kind: core.OpMkdir, Path: "link"}}, core.ErrExists},
+		{"mkdir root", []O{{Kind: core.OpMkdir, Path: ""}}, core.ErrExists},
+		{"mkdir dot", []O{{Kind: core.OpMkdir, Path: "./d/."}}, core.ErrExists},
+		{"symlink over file", []O{{Kind: core.OpSymlink, Path: "file", Target: "x"}}, core.ErrExists},
+		{"symlink over dir", []O{{Kind: core.OpSymlink, Path: "e", Target: "x"}}, core.ErrExists},
+		{"link over file", []O{{Kind: core.OpLink, From: "file", Path: "d/f"}}, core.ErrExists},
+		{"rename noreplace", []O{{Kind: core.OpRename, From: "file", Path: "d/f", NoReplace: true}}, core.ErrExists},
+		{"create over symlink", []O{{Kind: core.OpCreate, Path: "link", Data: []byte("x")}}, core.ErrExists},
 
-		// ErrNotDir
-		{"create under file", []O{{Kind: fsstore.OpCreate, Path: "file/x", Data: []byte("x")}}, fsstore.ErrNotDir},
-		{"mkdir under file", []O{{Kind: fsstore.OpMkdir, Path: "file/x"}}, fsstore.ErrNotDir},
-		{"mkdir deep under file", []O{{Kind: fsstore.OpMkdir, Path: "d/f/x/y"}}, fsstore.ErrNotDir},
-		{"delete under file", []O{{Kind: fsstore.OpDelete, Path: "file/x"}}, fsstore.ErrNotDir},
-		{"write under file", []O{{Kind: fsstore.OpWrite, Path: "file/x", Data: []byte("x")}}, fsstore.ErrNotDir},
-		{"rename under file", []O{{Kind: fsstore.OpRename, From: "d/f", Path: "file/x"}}, fsstore.ErrNotDir},
-		{"rename from under file", []O{{Kind: fsstore.OpRename, From: "file/x", Path: "y"}}, fsstore.ErrNotDir},
-		{"create through symlink", []O{{Kind: fsstore.OpCreate, Path: "link/x", Data: []byte("x")}}, fsstore.ErrNotDir},
-		{"write through symlink", []O{{Kind: fsstore.OpWrite, Path: "link/f", Data: []byte("x")}}, fsstore.ErrNotDir},
-		{"delete through symlink", []O{{Kind: fsstore.OpDelete, Path: "link/f"}}, fsstore.ErrNotDir},
-		{"mkdir through symlink", []O{{Kind: fsstore.OpMkdir, Path: "link/new"}}, fsstore.ErrNotDir},
-		{"mkdir through abs symlink", []O{{Kind: fsstore.OpMkdir, Path: "abs/new"}}, fsstore.ErrNotDir},
-		{"chmod through symlink", []O{{Kind: fsstore.OpChmod, Path: "link/sub", Mode: 0o700}}, fsstore.ErrNotDir},
-		{"delete_all through symlink", []O{{Kind: fsstore.OpDeleteAll, Path: "link/sub"}}, fsstore.ErrNotDir},
-		{"rename dir over file", []O{{Kind: fsstore.OpRename, From: "e", Path: "file"}}, fsstore.ErrNotDir},
-		{"rename dir over symlink", []O{{Kind: fsstore.OpRename, From: "e", Path: "link"}}, fsstore.ErrNotDir},
+		// core.ErrNotDir
+		{"create under file", []O{{Kind: core.OpCreate, Path: "file/x", Data: []byte("x")}}, core.ErrNotDir},
+		{"mkdir under file", []O{{Kind: core.OpMkdir, Path: "file/x"}}, core.ErrNotDir},
+		{"mkdir deep under file", []O{{Kind: core.OpMkdir, Path: "d/f/x/y"}}, core.ErrNotDir},
+		{"delete under file", []O{{Kind: core.OpDelete, Path: "file/x"}}, core.ErrNotDir},
+		{"write under file", []O{{Kind: core.OpWrite, Path: "file/x", Data: []byte("x")}}, core.ErrNotDir},
+		{"rename under file", []O{{Kind: core.OpRename, From: "d/f", Path: "file/x"}}, core.ErrNotDir},
+		{"rename from under file", []O{{Kind: core.OpRename, From: "file/x", Path: "y"}}, core.ErrNotDir},
+		{"create through symlink", []O{{Kind: core.OpCreate, Path: "link/x", Data: []byte("x")}}, core.ErrNotDir},
+		{"write through symlink", []O{{Kind: core.OpWrite, Path: "link/f", Data: []byte("x")}}, core.ErrNotDir},
+		{"delete through symlink", []O{{Kind: core.OpDelete, Path: "link/f"}}, core.ErrNotDir},
+		{"mkdir through symlink", []O{{Kind: core.OpMkdir, Path: "link/new"}}, core.ErrNotDir},
+		{"mkdir through abs symlink", []O{{Kind: core.OpMkdir, Path: "abs/new"}}, core.ErrNotDir},
+		{"chmod through symlink", []O{{Kind: core.OpChmod, Path: "link/sub", Mode: 0o700}}, core.ErrNotDir},
+		{"delete_all through symlink", []O{{Kind: core.OpDeleteAll, Path: "link/sub"}}, core.ErrNotDir},
+		{"rename dir over file", []O{{Kind: core.OpRename, From: "e", Path: "file"}}, core.ErrNotDir},
+		{"rename dir over symlink", []O{{Kind: core.OpRename, From: "e", Path: "link"}}, core.ErrNotDir},
 
-		// ErrIsDir
-		{"create over dir", []O{{Kind: fsstore.OpCreate, Path: "d", Data: []byte("x")}}, fsstore.ErrIsDir},
-		{"create over empty dir", []O{{Kind: fsstore.OpCreate, Path: "e"}}, fsstore.ErrIsDir},
-		{"write dir", []O{{Kind: fsstore.OpWrite, Path: "d", Data: []byte("x")}}, fsstore.ErrIsDir},
-		{"truncate dir", []O{{Kind: fsstore.OpTruncate, Path: "e", Size: 0}}, fsstore.ErrIsDir},
-		{"truncate root", []O{{Kind: fsstore.OpTruncate, Path: "", Size: 0}}, fsstore.ErrIsDir},
-		{"link dir", []O{{Kind: fsstore.OpLink, From: "d", Path: "d2"}}, fsstore.ErrIsDir},
-		{"rename file over dir", []O{{Kind: fsstore.OpRename, From: "file", Path: "e"}}, fsstore.ErrIsDir},
-		{"rename symlink over dir", []O{{Kind: fsstore.OpRename, From: "link", Path: "e"}}, fsstore.ErrIsDir},
+		// core.ErrIsDir
+		{"create over dir", []O{{Kind: core.OpCreate, Path: "d", Data: []byte("x")}}, core.ErrIsDir},
+		{"create over empty dir", []O{{Kind: core.OpCreate, Path: "e"}}, core.ErrIsDir},
+		{"write dir", []O{{Kind: core.OpWrite, Path: "d", Data: []byte("x")}}, core.ErrIsDir},
+		{"truncate dir", []O{{Kind: core.OpTruncate, Path: "e", Size: 0}}, core.ErrIsDir},
+		{"truncate root", []O{{Kind: core.OpTruncate, Path: "", Size: 0}}, core.ErrIsDir},
+		{"link dir", []O{{Kind: core.OpLink, From: "d", Path: "d2"}}, core.ErrIsDir},
+		{"rename file over dir", []O{{Kind: core.OpRename, From: "file", Path: "e"}}, core.ErrIsDir},
+		{"rename symlink over dir", []O{{Kind: core.OpRename, From: "link", Path: "e"}}, core.ErrIsDir},
 
-		// ErrNotEmpty
-		{"delete non-empty dir", []O{{Kind: fsstore.OpDelete, Path: "d"}}, fsstore.ErrNotEmpty},
-		{"delete non-empty subdir", []O{{Kind: fsstore.OpDelete, Path: "d/sub"}}, fsstore.ErrNotEmpty},
-		{"rename over non-empty dir", []O{{Kind: fsstore.OpRename, From: "e", Path: "d"}}, fsstore.ErrNotEmpty},
-		{"rename parent over own child dir", []O{{Kind: fsstore.OpRename, From: "d/sub", Path: "d"}}, fsstore.ErrNotEmpty},
+		// core.ErrNotEmpty
+		{"delete non-empty dir", []O{{Kind: core.OpDelete, Path: "d"}}, core.ErrNotEmpty},
+		{"delete non-empty subdir", []O{{Kind: core.OpDelete, Path: "d/sub"}}, core.ErrNotEmpty},
+		{"rename over non-empty dir", []O{{Kind: core.OpRename, From: "e", Path: "d"}}, core.ErrNotEmpty},
+		{"rename parent over own child dir", []O{{Kind: core.OpRename, From: "d/sub", Path: "d"}}, core.ErrNotEmpty},
 
-		// ErrInvalidPath
-		{"dotdot escape", []O{{Kind: fsstore.OpCreate, Path: "../x", Data: []byte("x")}}, fsstore.ErrInvalidPath},
-		{"nested dotdot escape", []O{{Kind: fsstore.OpCreate, Path: "a/../../x", Data: []byte("x")}}, fsstore.ErrInvalidPath},
-		{"absolute dotdot escape", []O{{Kind: fsstore.OpMkdir, Path: "/.."}}, fsstore.ErrInvalidPath},
-		{"NUL in path", []O{{Kind: fsstore.OpCreate, Path: "a\x00b", Data: []byte("x")}}, fsstore.ErrInvalidPath},
-		{"NUL in dir", []O{{Kind: fsstore.OpMkdir, Path: "d/\x00"}}, fsstore.ErrInvalidPath},
-		{"256-byte component", []O{{Kind: fsstore.OpMkdir, Path: long}}, fsstore.ErrInvalidPath},
-		{"256-byte nested component", []O{{Kind: fsstore.OpCreate, Path: "d/" + long, Data: []byte("x")}}, fsstore.ErrInvalidPath},
-		{"over-long path", []O{{Kind: fsstore.OpCreate, Path: overlong.String() + "x"}}, fsstore.ErrInvalidPath},
-		{"rename from escape", []O{{Kind: fsstore.OpRename, From: "../file", Path: "x"}}, fsstore.ErrInvalidPath},
-		{"rename to escape", []O{{Kind: fsstore.OpRename, From: "file", Path: "../x"}}, fsstore.ErrInvalidPath},
-		{"link from NUL", []O{{Kind: fsstore.OpLink, From: "fi\x00le", Path: "x"}}, fsstore.ErrInvalidPath},
-		{"delete escape", []O{{Kind: fsstore.OpDelete, Path: "d/../../file"}}, fsstore.ErrInvalidPath},
-		{"symlink empty target", []O{{Kind: fsstore.OpSymlink, Path: "l2", Target: ""}}, fsstore.ErrInvalidPath},
-		{"symlink NUL target", []O{{Kind: fsstore.OpSymlink, Path: "l2", Target: "a\x00"}}, fsstore.ErrInvalidPath},
+		// core.ErrInvalidPath
+		{"dotdot escape", []O{{Kind: core.OpCreate, Path: "../x", Data: []byte("x")}}, core.ErrInvalidPath},
+		{"nested dotdot escape", []O{{Kind: core.OpCreate, Path: "a/../../x", Data: []byte("x")}}, core.ErrInvalidPath},
+		{"absolute dotdot escape", []O{{Kind: core.OpMkdir, Path: "/.."}}, core.ErrInvalidPath},
+		{"NUL in path", []O{{Kind: core.OpCreate, Path: "a\x00b", Data: []byte("x")}}, core.ErrInvalidPath},
+		{"NUL in dir", []O{{Kind: core.OpMkdir, Path: "d/\x00"}}, core.ErrInvalidPath},
+		{"256-byte component", []O{{Kind: core.OpMkdir, Path: long}}, core.ErrInvalidPath},
+		{"256-byte nested component", []O{{Kind: core.OpCreate, Path: "d/" + long, Data: []byte("x")}}, core.ErrInvalidPath},
+		{"over-long path", []O{{Kind: core.OpCreate, Path: overlong.String() + "x"}}, core.ErrInvalidPath},
+		{"rename from escape", []O{{Kind: core.OpRename, From: "../file", Path: "x"}}, core.ErrInvalidPath},
+		{"rename to escape", []O{{Kind: core.OpRename, From: "file", Path: "../x"}}, core.ErrInvalidPath},
+		{"link from NUL", []O{{Kind: core.OpLink, From: "fi\x00le", Path: "x"}}, core.ErrInvalidPath},
+		{"delete escape", []O{{Kind: core.OpDelete, Path: "d/../../file"}}, core.ErrInvalidPath},
+		{"symlink empty target", []O{{Kind: core.OpSymlink, Path: "l2", Target: ""}}, core.ErrInvalidPath},
+		{"symlink NUL target", []O{{Kind: core.OpSymlink, Path: "l2", Target: "a\x00"}}, core.ErrInvalidPath},
 
-		// ErrInvalidArgument
-		{"rename dir into itself", []O{{Kind: fsstore.OpRename, From: "d", Path: "d/sub/x"}}, fsstore.ErrInvalidArgument},
-		{"rename dir into own child", []O{{Kind: fsstore.OpRename, From: "d", Path: "d/x"}}, fsstore.ErrInvalidArgument},
-		{"exchange dir with own child", []O{{Kind: fsstore.OpRename, From: "d", Path: "d/sub", Exchange: true}}, fsstore.ErrInvalidArgument},
-		{"exchange dir with own parent", []O{{Kind: fsstore.OpRename, From: "d/sub", Path: "d", Exchange: true}}, fsstore.ErrInvalidArgument},
-		{"rename root", []O{{Kind: fsstore.OpRename, From: "", Path: "x"}}, fsstore.ErrInvalidArgument},
-		{"rename onto root", []O{{Kind: fsstore.OpRename, From: "e", Path: "/"}}, fsstore.ErrInvalidArgument},
-		{"delete root", []O{{Kind: fsstore.OpDelete, Path: ""}}, fsstore.ErrInvalidArgument},
-		{"negative truncate", []O{{Kind: fsstore.OpTruncate, Path: "file", Size: -1}}, fsstore.ErrInvalidArgument},
-		{"negative write offset", []O{{Kind: fsstore.OpWrite, Path: "file", Offset: -5, Data: []byte("x")}}, fsstore.ErrInvalidArgument},
-		{"write past max file size", []O{{Kind: fsstore.OpWrite, Path: "file", Offset: fsstore.MaxFileSize - 1, Data: []byte("xy")}}, fsstore.ErrInvalidArgument},
-		{"write offset overflow", []O{{Kind: fsstore.OpWrite, Path: "file", Offset: math.MaxInt64 - 5, Data: []byte("0123456789abcdef")}}, fsstore.ErrInvalidArgument},
-		{"truncate past max file size", []O{{Kind: fsstore.OpTruncate, Path: "file", Size: fsstore.MaxFileSize + 1}}, fsstore.ErrInvalidArgument},
-		{"truncate to MaxInt64", []O{{Kind: fsstore.OpTruncate, Path: "file", Size: math.MaxInt64}}, fsstore.ErrInvalidArgument},
-		{"content size negative", []O{{Kind: fsstore.OpCreate, Path: "x", Content: &fsstore.Content{Size: -1}}}, fsstore.ErrInvalidArgument},
-		{"content size past max", []O{{Kind: fsstore.OpCreate, Path: "x", Content: &fsstore.Content{Size: math.MaxInt64}}}, fsstore.ErrInvalidArgument},
-		{"content index overflow", []O{{Kind: fsstore.OpWrite, Path: "file", Content: &fsstore.Content{Chunks: []fsstore.ChunkRef{{Index: 1 << 60, Len: 1}}}}}, fsstore.ErrInvalidArgument},
-		{"unknown op kind", []O{{Kind: "frobnicate", Path: "file"}}, fsstore.ErrInvalidArgument},
-		{"empty op kind", []O{{Path: "file"}}, fsstore.ErrInvalidArgument},
-		{"data and content", []O{{Kind: fsstore.OpCreate, Path: "x", Data: []byte("x"), Content: &fsstore.Content{}}}, fsstore.ErrInvalidArgument},
-		{"write symlink", []O{{Kind: fsstore.OpWrite, Path: "link", Data: []byte("x")}}, fsstore.ErrInvalidArgument},
-		{"truncate symlink", []O{{Kind: fsstore.OpTruncate, Path: "link", Size: 1}}, fsstore.ErrInvalidArgument},
-		{"content chunk too long", []O{{Kind: fsstore.OpCreate, Path: "x", Content: &fsstore.Content{Size: 100, Chunks: []fsstore.ChunkRef{{Index: 0, Len: 100}}}}}, fsstore.ErrInvalidArgument},
-		{"content negative index", []O{{Kind: fsstore.OpCreate, Path: "x", Content: &fsstore.Content{Size: 1, Chunks: []fsstore.ChunkRef{{Index: -1, Len: 1}}}}}, fsstore.ErrInvalidArgument},
+		// core.ErrInvalidArgument
+		{"rename dir into itself", []O{{Kind: core.OpRename, From: "d", Path: "d/sub/x"}}, core.ErrInvalidArgument},
+		{"rename dir into own child", []O{{Kind: core.OpRename, From: "d", Path: "d/x"}}, core.ErrInvalidArgument},
+		{"exchange dir with own child", []O{{Kind: core.OpRename, From: "d", Path: "d/sub", Exchange: true}}, core.ErrInvalidArgument},
+		{"exchange dir with own parent", []O{{Kind: core.OpRename, From: "d/sub", Path: "d", Exchange: true}}, core.ErrInvalidArgument},
+		{"rename root", []O{{Kind: core.OpRename, From: "", Path: "x"}}, core.ErrInvalidArgument},
+		{"rename onto root", []O{{Kind: core.OpRename, From: "e", Path: "/"}}, core.ErrInvalidArgument},
+		{"delete root", []O{{Kind: core.OpDelete, Path: ""}}, core.ErrInvalidArgument},
+		{"negative truncate", []O{{Kind: core.OpTruncate, Path: "file", Size: -1}}, core.ErrInvalidArgument},
+		{"negative write offset", []O{{Kind: core.OpWrite, Path: "file", Offset: -5, Data: []byte("x")}}, core.ErrInvalidArgument},
+		{"write past max file size", []O{{Kind: core.OpWrite, Path: "file", Offset: core.MaxFileSize - 1, Data: []byte("xy")}}, core.ErrInvalidArgument},
+		{"write offset overflow", []O{{Kind: core.OpWrite, Path: "file", Offset: math.MaxInt64 - 5, Data: []byte("0123456789abcdef")}}, core.ErrInvalidArgument},
+		{"truncate past max file size", []O{{Kind: core.OpTruncate, Path: "file", Size: core.MaxFileSize + 1}}, core.ErrInvalidArgument},
+		{"truncate to MaxInt64", []O{{Kind: core.OpTruncate, Path: "file", Size: math.MaxInt64}}, core.ErrInvalidArgument},
+		{"content size negative", []O{{Kind: core.OpCreate, Path: "x", Content: &core.Content{Size: -1}}}, core.ErrInvalidArgument},
+		{"content size past max", []O{{Kind: core.OpCreate, Path: "x", Content: &core.Content{Size: math.MaxInt64}}}, core.ErrInvalidArgument},
+		{"content index overflow", []O{{Kind: core.OpWrite, Path: "file", Content: &core.Content{Chunks: []core.ChunkRef{{Index: 1 << 60, Len: 1}}}}}, core.ErrInvalidArgument},
+		{"unknown op kind", []O{{Kind: "frobnicate", Path: "file"}}, core.ErrInvalidArgument},
+		{"empty op kind", []O{{Path: "file"}}, core.ErrInvalidArgument},
+		{"data and content", []O{{Kind: core.OpCreate, Path: "x", Data: []byte("x"), Content: &core.Content{}}}, core.ErrInvalidArgument},
+		{"write symlink", []O{{Kind: core.OpWrite, Path: "link", Data: []byte("x")}}, core.ErrInvalidArgument},
+		{"truncate symlink", []O{{Kind: core.OpTruncate, Path: "link", Size: 1}}, core.ErrInvalidArgument},
+		{"content chunk too long", []O{{Kind: core.OpCreate, Path: "x", Content: &core.Content{Size: 100, Chunks: []core.ChunkRef{{Index: 0, Len: 100}}}}}, core.ErrInvalidArgument},
+		{"content negative index", []O{{Kind: core.OpCreate, Path: "x", Content: &core.Content{Size: 1, Chunks: []core.ChunkRef{{Index: -1, Len: 1}}}}}, core.ErrInvalidArgument},
 
-		// ErrMissingChunk
-		{"content unknown chunk", []O{{Kind: fsstore.OpCreate, Path: "x", Content: &fsstore.Content{Size: 4, Chunks: []fsstore.ChunkRef{{Index: 0, Hash: sha256.Sum256([]byte("nope")), Len: 4}}}}}, fsstore.ErrMissingChunk},
+		// core.ErrMissingChunk
+		{"content unknown chunk", []O{{Kind: core.OpCreate, Path: "x", Content: &core.Content{Size: 4, Chunks: []core.ChunkRef{{Index: 0, Hash: sha256.Sum256([]byte("nope")), Len: 4}}}}}, core.ErrMissingChunk},
 
 		// A failure after valid ops leaves no trace of them.
 		{"valid prefix then not found", []O{
-			{Kind: fsstore.OpMkdir, Path: "n"},
-			{Kind: fsstore.OpCreate, Path: "n/x", Data: fresh("a")},
-			{Kind: fsstore.OpDelete, Path: "file"},
-			{Kind: fsstore.OpRename, From: "d", Path: "d2"},
-			{Kind: fsstore.OpWrite, Path: "d2/f", Offset: 3, Data: fresh("b")},
-			{Kind: fsstore.OpTruncate, Path: "d2/sub/g", Size: 1000},
-			{Kind: fsstore.OpChmod, Path: "e", Mode: 0o700},
-			{Kind: fsstore.OpChown, Path: "hard", UID: 7, GID: 8},
-			{Kind: fsstore.OpUtimes, Path: "n", Mtime: 12345},
-			{Kind: fsstore.OpSymlink, Path: "n/l", Target: "../d2"},
-			{Kind: fsstore.OpLink, From: "d2/f", Path: "n/h"},
-			{Kind: fsstore.OpCreate, Path: "file/x", Data: []byte("x")}, // "file" is gone by now
-		}, fsstore.ErrNotFound},
+			{Kind: core.OpMkdir, Path: "n"},
+			{Kind: core.OpCreate, Path: "n/x", Data: fresh("a")},
+			{Kind: core.OpDelete, Path: "file"},
+			{Kind: core.OpRename, From: "d", Path: "d2"},
+			{Kind: core.OpWrite, Path: "d2/f", Offset: 3, Data: fresh("b")},
+			{Kind: core.OpTruncate, Path: "d2/sub/g", Size: 1000},
+			{Kind: core.OpChmod, Path: "e", Mode: 0o700},
+			{Kind: core.OpChown, Path: "hard", UID: 7, GID: 8},
+			{Kind: core.OpUtimes, Path: "n", Mtime: 12345},
+			{Kind: core.OpSymlink, Path: "n/l", Target: "../d2"},
+			{Kind: core.OpLink, From: "d2/f", Path: "n/h"},
+			{Kind: core.OpCreate, Path: "file/x", Data: []byte("x")}, // "file" is gone by now
+		}, core.ErrNotFound},
 		{"valid prefix then not empty", []O{
-			{Kind: fsstore.OpDeleteAll, Path: "d"},
-			{Kind: fsstore.OpMkdir, Path: "d"},
-			{Kind: fsstore.OpCreate, Path: "d/new", Data: fresh("c")},
-			{Kind: fsstore.OpDelete, Path: "d"},
-		}, fsstore.ErrNotEmpty},
+			{Kind: core.OpDeleteAll, Path: "d"},
+			{Kind: core.OpMkdir, Path: "d"},
+			{Kind: core.OpCreate, Path: "d/new", Data: fresh("c")},
+			{Kind: core.OpDelete, Path: "d"},
+		}, core.ErrNotEmpty},
 		{"valid prefix then into itself", []O{
-			{Kind: fsstore.OpCreate, Path: "big", Data: bytes.Repeat(fresh("d"), 10)},
-			{Kind: fsstore.OpRename, From: "e", Path: "e2", NoReplace: true},
-			{Kind: fsstore.OpRename, From: "file", Path: "d/f", Exchange: true},
-			{Kind: fsstore.OpRename, From: "e2", Path: "e2/x"},
-		}, fsstore.ErrInvalidArgument},
+			{Kind: core.OpCreate, Path: "big", Data: bytes.Repeat(fresh("d"), 10)},
+			{Kind: core.OpRename, From: "e", Path: "e2", NoReplace: true},
+			{Kind: core.OpRename, From: "file", Path: "d/f", Exchange: true},
+			{Kind: core.OpRename, From: "e2", Path: "e2/x"},
+		}, core.ErrInvalidArgument},
 		{"valid prefix then exists", []O{
-			{Kind: fsstore.OpDeleteAll, Path: ""},
-			{Kind: fsstore.OpCreate, Path: "d", Data: fresh("e")},
-			{Kind: fsstore.OpMkdir, Path: "d"},
-		}, fsstore.ErrExists},
+			{Kind: core.OpDeleteAll, Path: ""},
+			{Kind: core.OpCreate, Path: "d", Data: fresh("e")},
+			{Kind: core.OpMkdir, Path: "d"},
+		}, core.ErrExists},
 		{"valid prefix then unknown kind", []O{
-			{Kind: fsstore.OpCreate, Path: "x", Data: fresh("f")},
-			{Kind: fsstore.OpDelete, Path: "d/sub/g"},
+			{Kind: core.OpCreate, Path: "x", Data: fresh("f")},
+			{Kind: core.OpDelete, Path: "d/sub/g"},
 			{Kind: "explode", Path: "x"},
-		}, fsstore.ErrInvalidArgument},
+		}, core.ErrInvalidArgument},
 		{"valid prefix then invalid path", []O{
-			{Kind: fsstore.OpCreate, Path: "x", Data: fresh("g")},
-			{Kind: fsstore.OpCreate, Path: "../x", Data: fresh("h")},
-		}, fsstore.ErrInvalidPath},
+			{Kind: core.OpCreate, Path: "x", Data: fresh("g")},
+			{Kind: core.OpCreate, Path: "../x", Data: fresh("h")},
+		}, core.ErrInvalidPath},
 		{"valid prefix then negative truncate", []O{
-			{Kind: fsstore.OpTruncate, Path: "d/f", Size: 1},
-			{Kind: fsstore.OpTruncate, Path: "d/f", Size: -1},
-		}, fsstore.ErrInvalidArgument},
+			{Kind: core.OpTruncate, Path: "d/f", Size: 1},
+			{Kind: core.OpTruncate, Path: "d/f", Size: -1},
+		}, core.ErrInvalidArgument},
 		{"valid prefix then is dir", []O{
-			{Kind: fsstore.OpDelete, Path: "d/sub/g"},
-			{Kind: fsstore.OpWrite, Path: "d/sub", Data: fresh("i")},
-		}, fsstore.ErrIsDir},
+			{Kind: core.OpDelete, Path: "d/sub/g"},
+			{Kind: core.OpWrite, Path: "d/sub", Data: fresh("i")},
+		}, core.ErrIsDir},
 		{"valid prefix then symlink component", []O{
-			{Kind: fsstore.OpDeleteAll, Path: "d"},
-			{Kind: fsstore.OpSymlink, Path: "d", Target: "e"},
-			{Kind: fsstore.OpCreate, Path: "d/x", Data: fresh("j")},
-		}, fsstore.ErrNotDir},
+			{Kind: core.OpDeleteAll, Path: "d"},
+			{Kind: core.OpSymlink, Path: "d", Target: "e"},
+			{Kind: core.OpCreate, Path: "d/x", Data: fresh("j")},
+		}, core.ErrNotDir},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := bbCapture(t, s, db)
 			head := bbHead(t, s, w.ID)
-			_, err := s.Commit(ctx, w.ID, &fsstore.Batch{Ops: tc.ops}, fsstore.CommitInfo{Message: tc.name})
+			_, err := s.Commit(ctx, w.ID, &core.Batch{Ops: tc.ops}, fsstore.CommitInfo{Message: tc.name})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got error %v, want %v", err, tc.want)
 			}
-			var pe *fsstore.PathError
+			var pe *core.PathError
 			if !errors.As(err, &pe) {
 				t.Errorf("error %v (%T) is not a *PathError", err, err)
 			}
@@ -417,7 +418,7 @@ func TestErrBatchOps(t *testing.T) {
 
 	// Failures did not use up revision numbers, and the store is still healthy.
 	head := bbHead(t, s, w.ID)
-	r := bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "after", Data: []byte("ok")})
+	r := bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "after", Data: []byte("ok")})
 	if r.Rev != head+1 {
 		t.Errorf("next revision %d, want %d", r.Rev, head+1)
 	}
@@ -425,8 +426,8 @@ func TestErrBatchOps(t *testing.T) {
 
 	// An empty batch is refused too.
 	before := bbCapture(t, s, db)
-	if _, err := s.Commit(ctx, w.ID, &fsstore.Batch{}, fsstore.CommitInfo{}); !errors.Is(err, fsstore.ErrInvalidArgument) {
-		t.Errorf("empty batch: %v, want ErrInvalidArgument", err)
+	if _, err := s.Commit(ctx, w.ID, &core.Batch{}, fsstore.CommitInfo{}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("empty batch: %v, want core.ErrInvalidArgument", err)
 	}
 	bbSameState(t, before, bbCapture(t, s, db))
 }
@@ -440,36 +441,36 @@ func TestErrValidPaths(t *testing.T) {
 		"a/../b": "b", "/a/./b/": "a/b", "a//b": "a/b", "": "", "/": "", ".": "", "a/b/../../c": "c",
 		"..a": "..a", "a..": "a..", "...": "...", strings.Repeat("y", 255): strings.Repeat("y", 255),
 	} {
-		got, err := fsstore.CleanPath(in)
+		got, err := core.CleanPath(in)
 		if err != nil || got != want {
 			t.Errorf("CleanPath(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"..", "../", "a/../..", "/../a", "x\x00", strings.Repeat("y", 256), strings.Repeat("a/", 2049)} {
-		if got, err := fsstore.CleanPath(in); !errors.Is(err, fsstore.ErrInvalidPath) {
-			t.Errorf("CleanPath(%q) = %q, %v; want ErrInvalidPath", in, got, err)
+		if got, err := core.CleanPath(in); !errors.Is(err, core.ErrInvalidPath) {
+			t.Errorf("CleanPath(%q) = %q, %v; want core.ErrInvalidPath", in, got, err)
 		}
 	}
 	// Exactly MaxPathLen bytes is fine, one more is not.
-	exact := strings.Repeat(strings.Repeat("q", 255)+"/", 16)[:fsstore.MaxPathLen]
-	if _, err := fsstore.CleanPath(exact); err != nil {
+	exact := strings.Repeat(strings.Repeat("q", 255)+"/", 16)[:core.MaxPathLen]
+	if _, err := core.CleanPath(exact); err != nil {
 		t.Errorf("path of %d bytes: %v", len(exact), err)
 	}
-	if _, err := fsstore.CleanPath(exact + "q"); !errors.Is(err, fsstore.ErrInvalidPath) {
-		t.Errorf("path of %d bytes: %v, want ErrInvalidPath", len(exact)+1, err)
+	if _, err := core.CleanPath(exact + "q"); !errors.Is(err, core.ErrInvalidPath) {
+		t.Errorf("path of %d bytes: %v, want core.ErrInvalidPath", len(exact)+1, err)
 	}
 
 	// a/../b names b, even though a does not exist.
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "a/../b", Data: []byte("bee")})
-	if got := bbRead(t, s, w.ID, fsstore.Head, "b"); string(got) != "bee" {
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "a/../b", Data: []byte("bee")})
+	if got := bbRead(t, s, w.ID, core.Head, "b"); string(got) != "bee" {
 		t.Errorf("b = %q", got)
 	}
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sn.Stat(ctx, "a"); !errors.Is(err, fsstore.ErrNotFound) {
-		t.Errorf("stat a: %v, want ErrNotFound", err)
+	if _, err := sn.Stat(ctx, "a"); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("stat a: %v, want core.ErrNotFound", err)
 	}
 	if got, err := sn.ReadFile(ctx, "x/../d/./f"); err != nil || !strings.HasPrefix(string(got), "hello") {
 		t.Errorf("read x/../d/./f: %q %v", got, err)
@@ -477,7 +478,7 @@ func TestErrValidPaths(t *testing.T) {
 	// A 255-byte name and a path of exactly MaxPathLen bytes are stored:
 	// 15 directories of 255 bytes, one of 128 and a 127-byte leaf.
 	name := strings.Repeat("n", 255)
-	var ops []fsstore.Op
+	var ops []core.Op
 	deep := ""
 	for i := 0; i < 16; i++ {
 		c := name
@@ -489,15 +490,15 @@ func TestErrValidPaths(t *testing.T) {
 		} else {
 			deep += "/" + c
 		}
-		ops = append(ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: deep})
+		ops = append(ops, core.Op{Kind: core.OpMkdir, Path: deep})
 	}
 	leaf := deep + "/" + strings.Repeat("z", 127)
-	ops = append(ops, fsstore.Op{Kind: fsstore.OpCreate, Path: leaf, Data: []byte("deep")})
+	ops = append(ops, core.Op{Kind: core.OpCreate, Path: leaf, Data: []byte("deep")})
 	bbCommit(t, s, w.ID, ops...)
-	if len(leaf) != fsstore.MaxPathLen {
+	if len(leaf) != core.MaxPathLen {
 		t.Fatalf("leaf path is %d bytes", len(leaf))
 	}
-	if got := bbRead(t, s, w.ID, fsstore.Head, leaf); string(got) != "deep" {
+	if got := bbRead(t, s, w.ID, core.Head, leaf); string(got) != "deep" {
 		t.Errorf("deep leaf = %q", got)
 	}
 	bbCheck(t, s)
@@ -507,7 +508,7 @@ func TestErrValidPaths(t *testing.T) {
 func TestErrReads(t *testing.T) {
 	ctx := context.Background()
 	s, w := errFixture(t)
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,34 +518,34 @@ func TestErrReads(t *testing.T) {
 	readfile := func(p string) func() error { return func() error { _, err := sn.ReadFile(ctx, p); return err } }
 	readlink := func(p string) func() error { return func() error { _, err := sn.Readlink(ctx, p); return err } }
 	walk := func(p string) func() error {
-		return func() error { return sn.Walk(ctx, p, func(string, fsstore.Stat) error { return nil }) }
+		return func() error { return sn.Walk(ctx, p, func(string, core.Stat) error { return nil }) }
 	}
 	cases := []struct {
 		name string
 		fn   func() error
 		want error
 	}{
-		{"stat missing", stat("nope"), fsstore.ErrNotFound},
-		{"stat missing nested", stat("d/nope/x"), fsstore.ErrNotFound},
-		{"readdir missing", readdir("nope"), fsstore.ErrNotFound},
-		{"open missing", open("d/nope"), fsstore.ErrNotFound},
-		{"readlink missing", readlink("nope"), fsstore.ErrNotFound},
-		{"walk missing", walk("nope"), fsstore.ErrNotFound},
-		{"stat under file", stat("file/x"), fsstore.ErrNotDir},
-		{"stat under nested file", stat("d/f/x/y"), fsstore.ErrNotDir},
-		{"stat through symlink", stat("link/f"), fsstore.ErrNotDir},
-		{"stat through abs symlink", stat("abs/passwd"), fsstore.ErrNotDir},
-		{"open through symlink", open("link/f"), fsstore.ErrNotDir},
-		{"readdir file", readdir("file"), fsstore.ErrNotDir},
-		{"readdir symlink", readdir("link"), fsstore.ErrNotDir},
-		{"open dir", open("d"), fsstore.ErrIsDir},
-		{"readfile root", readfile(""), fsstore.ErrIsDir},
-		{"open symlink", open("link"), fsstore.ErrInvalidArgument},
-		{"readlink file", readlink("file"), fsstore.ErrInvalidArgument},
-		{"readlink dir", readlink("d"), fsstore.ErrInvalidArgument},
-		{"stat escape", stat("../x"), fsstore.ErrInvalidPath},
-		{"readdir NUL", readdir("d\x00"), fsstore.ErrInvalidPath},
-		{"open long name", open(strings.Repeat("o", 256)), fsstore.ErrInvalidPath},
+		{"stat missing", stat("nope"), core.ErrNotFound},
+		{"stat missing nested", stat("d/nope/x"), core.ErrNotFound},
+		{"readdir missing", readdir("nope"), core.ErrNotFound},
+		{"open missing", open("d/nope"), core.ErrNotFound},
+		{"readlink missing", readlink("nope"), core.ErrNotFound},
+		{"walk missing", walk("nope"), core.ErrNotFound},
+		{"stat under file", stat("file/x"), core.ErrNotDir},
+		{"stat under nested file", stat("d/f/x/y"), core.ErrNotDir},
+		{"stat through symlink", stat("link/f"), core.ErrNotDir},
+		{"stat through abs symlink", stat("abs/passwd"), core.ErrNotDir},
+		{"open through symlink", open("link/f"), core.ErrNotDir},
+		{"readdir file", readdir("file"), core.ErrNotDir},
+		{"readdir symlink", readdir("link"), core.ErrNotDir},
+		{"open dir", open("d"), core.ErrIsDir},
+		{"readfile root", readfile(""), core.ErrIsDir},
+		{"open symlink", open("link"), core.ErrInvalidArgument},
+		{"readlink file", readlink("file"), core.ErrInvalidArgument},
+		{"readlink dir", readlink("d"), core.ErrInvalidArgument},
+		{"stat escape", stat("../x"), core.ErrInvalidPath},
+		{"readdir NUL", readdir("d\x00"), core.ErrInvalidPath},
+		{"open long name", open(strings.Repeat("o", 256)), core.ErrInvalidPath},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -560,26 +561,26 @@ func TestErrReads(t *testing.T) {
 	}
 	if f, err := sn.Open(ctx, "file"); err != nil {
 		t.Error(err)
-	} else if _, err := f.ReadAt(make([]byte, 1), -1); !errors.Is(err, fsstore.ErrInvalidArgument) {
-		t.Errorf("ReadAt at -1: %v, want ErrInvalidArgument", err)
+	} else if _, err := f.ReadAt(make([]byte, 1), -1); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("ReadAt at -1: %v, want core.ErrInvalidArgument", err)
 	}
 }
 
-// TestErrRevisions covers ErrUnknownRevision: Head (0) is fine, anything past
+// TestErrRevisions covers core.ErrUnknownRevision: Head (0) is fine, anything past
 // the head or before 1 is not, and neither is a pruned revision.
 func TestErrRevisions(t *testing.T) {
 	ctx := context.Background()
 	s, w := errFixture(t)
 	db := bbOpenDB(t, s)
 	for i := 0; i < 4; i++ {
-		bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "file", Data: []byte(fmt.Sprint("v", i))})
+		bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "file", Data: []byte(fmt.Sprint("v", i))})
 	}
 	head := bbHead(t, s, w.ID) // 7
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil || sn.Rev != head {
 		t.Fatalf("snapshot at Head: rev %v, %v; want %d", sn, err, head)
 	}
-	if got := bbRead(t, s, w.ID, fsstore.Head, "file"); string(got) != "v3" {
+	if got := bbRead(t, s, w.ID, core.Head, "file"); string(got) != "v3" {
 		t.Errorf("head file = %q", got)
 	}
 	if _, err := s.Prune(ctx, w.ID, fsstore.Policy{KeepLast: 3}); err != nil { // keeps head-2..head
@@ -604,11 +605,11 @@ func TestErrRevisions(t *testing.T) {
 		{"fork pruned", func() error { _, err := s.Fork(ctx, w.ID, pruned, "f1"); return err }},
 		{"fork future", func() error { _, err := s.Fork(ctx, w.ID, head+1, "f2"); return err }},
 		{"commit base pruned", func() error {
-			_, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("x", []byte("x"), 0), fsstore.CommitInfo{Base: pruned})
+			_, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("x", []byte("x"), 0), fsstore.CommitInfo{Base: pruned})
 			return err
 		}},
 		{"commit base future", func() error {
-			_, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("x", []byte("x"), 0), fsstore.CommitInfo{Base: head + 5})
+			_, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("x", []byte("x"), 0), fsstore.CommitInfo{Base: head + 5})
 			return err
 		}},
 		{"restore pruned", func() error { _, err := s.Restore(ctx, w.ID, pruned, "", fsstore.CommitInfo{}); return err }},
@@ -617,15 +618,15 @@ func TestErrRevisions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := bbCapture(t, s, db)
-			if err := tc.fn(); !errors.Is(err, fsstore.ErrUnknownRevision) {
-				t.Fatalf("got %v, want ErrUnknownRevision", err)
+			if err := tc.fn(); !errors.Is(err, core.ErrUnknownRevision) {
+				t.Fatalf("got %v, want core.ErrUnknownRevision", err)
 			}
 			bbSameState(t, before, bbCapture(t, s, db))
 		})
 	}
 }
 
-// TestErrWorkspaces covers ErrWorkspaceNotFound, ErrWorkspaceExists and
+// TestErrWorkspaces covers core.ErrWorkspaceNotFound, core.ErrWorkspaceExists and
 // invalid workspace names.
 func TestErrWorkspaces(t *testing.T) {
 	ctx := context.Background()
@@ -639,8 +640,8 @@ func TestErrWorkspaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bbCommit(t, s, gone.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "x", Data: []byte("gone data")})
-	goneSnap, err := s.Snapshot(ctx, gone.ID, fsstore.Head)
+	bbCommit(t, s, gone.ID, core.Op{Kind: core.OpCreate, Path: "x", Data: []byte("gone data")})
+	goneSnap, err := s.Snapshot(ctx, gone.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,53 +653,53 @@ func TestErrWorkspaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bbCommit(t, s, parent.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "p", Data: []byte("parent data")})
-	child, err := s.Fork(ctx, parent.ID, fsstore.Head, "child")
+	bbCommit(t, s, parent.ID, core.Op{Kind: core.OpCreate, Path: "p", Data: []byte("parent data")})
+	child, err := s.Fork(ctx, parent.ID, core.Head, "child")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteWorkspace(ctx, parent.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := bbRead(t, s, child.ID, fsstore.Head, "p"); string(got) != "parent data" {
+	if got := bbRead(t, s, child.ID, core.Head, "p"); string(got) != "parent data" {
 		t.Errorf("fork of deleted workspace reads %q", got)
 	}
 	const missing = 1 << 30
-	batch := func() *fsstore.Batch { return (&fsstore.Batch{}).WriteFile("x", []byte("x"), 0) }
+	batch := func() *core.Batch { return (&core.Batch{}).WriteFile("x", []byte("x"), 0) }
 
 	notFound := []struct {
 		name string
 		fn   func() error
 	}{
-		{"snapshot missing id", func() error { _, err := s.Snapshot(ctx, missing, fsstore.Head); return err }},
+		{"snapshot missing id", func() error { _, err := s.Snapshot(ctx, missing, core.Head); return err }},
 		{"by id missing", func() error { _, err := s.WorkspaceByID(ctx, missing); return err }},
 		{"by name missing", func() error { _, err := s.Workspace(ctx, "t", "nope"); return err }},
 		{"by name other tenant", func() error { _, err := s.Workspace(ctx, "u", "ws"); return err }},
 		{"commit missing", func() error { _, err := s.Commit(ctx, missing, batch(), fsstore.CommitInfo{}); return err }},
-		{"fork missing", func() error { _, err := s.Fork(ctx, missing, fsstore.Head, "f"); return err }},
+		{"fork missing", func() error { _, err := s.Fork(ctx, missing, core.Head, "f"); return err }},
 		{"delete missing", func() error { return s.DeleteWorkspace(ctx, missing) }},
 		{"log missing", func() error { _, err := s.Log(ctx, missing, 0); return err }},
 		{"prune missing", func() error { _, err := s.Prune(ctx, missing, fsstore.Policy{KeepLast: 1}); return err }},
 		{"diff missing", func() error { _, err := s.Diff(ctx, missing, 1, 1); return err }},
-		{"snapshot deleted", func() error { _, err := s.Snapshot(ctx, gone.ID, fsstore.Head); return err }},
+		{"snapshot deleted", func() error { _, err := s.Snapshot(ctx, gone.ID, core.Head); return err }},
 		{"by name deleted", func() error { _, err := s.Workspace(ctx, "t", "gone"); return err }},
 		{"commit deleted", func() error { _, err := s.Commit(ctx, gone.ID, batch(), fsstore.CommitInfo{}); return err }},
 		{"commit deleted with forks", func() error { _, err := s.Commit(ctx, parent.ID, batch(), fsstore.CommitInfo{}); return err }},
 		{"snapshot deleted with forks", func() error { _, err := s.Snapshot(ctx, parent.ID, 1); return err }},
-		{"fork deleted", func() error { _, err := s.Fork(ctx, gone.ID, fsstore.Head, "f"); return err }},
-		{"fork deleted with forks", func() error { _, err := s.Fork(ctx, parent.ID, fsstore.Head, "f"); return err }},
+		{"fork deleted", func() error { _, err := s.Fork(ctx, gone.ID, core.Head, "f"); return err }},
+		{"fork deleted with forks", func() error { _, err := s.Fork(ctx, parent.ID, core.Head, "f"); return err }},
 		{"delete twice", func() error { return s.DeleteWorkspace(ctx, gone.ID) }},
 		{"log deleted", func() error { _, err := s.Log(ctx, gone.ID, 0); return err }},
 		{"apply deleted", func() error {
-			_, err := s.Apply(ctx, gone.ID, &fsstore.Changeset{Ops: batch().Ops}, fsstore.CommitInfo{})
+			_, err := s.Apply(ctx, gone.ID, &core.Changeset{Ops: batch().Ops}, fsstore.CommitInfo{})
 			return err
 		}},
 	}
 	for _, tc := range notFound {
 		t.Run(tc.name, func(t *testing.T) {
 			before := bbCapture(t, s, db)
-			if err := tc.fn(); !errors.Is(err, fsstore.ErrWorkspaceNotFound) {
-				t.Fatalf("got %v, want ErrWorkspaceNotFound", err)
+			if err := tc.fn(); !errors.Is(err, core.ErrWorkspaceNotFound) {
+				t.Fatalf("got %v, want core.ErrWorkspaceNotFound", err)
 			}
 			bbSameState(t, before, bbCapture(t, s, db))
 		})
@@ -715,14 +716,14 @@ func TestErrWorkspaces(t *testing.T) {
 		{"create duplicate", func() error { _, err := s.CreateWorkspace(ctx, "t", "ws"); return err }},
 		{"create duplicate other", func() error { _, err := s.CreateWorkspace(ctx, "t", "other"); return err }},
 		{"create duplicate of fork", func() error { _, err := s.CreateWorkspace(ctx, "t", "child"); return err }},
-		{"fork onto existing", func() error { _, err := s.Fork(ctx, w.ID, fsstore.Head, "other"); return err }},
-		{"fork onto itself", func() error { _, err := s.Fork(ctx, w.ID, fsstore.Head, "ws"); return err }},
+		{"fork onto existing", func() error { _, err := s.Fork(ctx, w.ID, core.Head, "other"); return err }},
+		{"fork onto itself", func() error { _, err := s.Fork(ctx, w.ID, core.Head, "ws"); return err }},
 	}
 	for _, tc := range exists {
 		t.Run(tc.name, func(t *testing.T) {
 			before := bbCapture(t, s, db)
-			if err := tc.fn(); !errors.Is(err, fsstore.ErrWorkspaceExists) {
-				t.Fatalf("got %v, want ErrWorkspaceExists", err)
+			if err := tc.fn(); !errors.Is(err, core.ErrWorkspaceExists) {
+				t.Fatalf("got %v, want core.ErrWorkspaceExists", err)
 			}
 			bbSameState(t, before, bbCapture(t, s, db))
 		})
@@ -731,11 +732,11 @@ func TestErrWorkspaces(t *testing.T) {
 	for _, name := range []string{"", ".", "..", "a/b", "/a", "a b", "a\x00", "é", "a\n", "tab\t", strings.Repeat("n", 129), "x:y", "a*"} {
 		t.Run(fmt.Sprintf("invalid name %q", name), func(t *testing.T) {
 			before := bbCapture(t, s, db)
-			if _, err := s.CreateWorkspace(ctx, "t", name); !errors.Is(err, fsstore.ErrInvalidArgument) {
-				t.Errorf("create: got %v, want ErrInvalidArgument", err)
+			if _, err := s.CreateWorkspace(ctx, "t", name); !errors.Is(err, core.ErrInvalidArgument) {
+				t.Errorf("create: got %v, want core.ErrInvalidArgument", err)
 			}
-			if _, err := s.Fork(ctx, w.ID, fsstore.Head, name); !errors.Is(err, fsstore.ErrInvalidArgument) {
-				t.Errorf("fork: got %v, want ErrInvalidArgument", err)
+			if _, err := s.Fork(ctx, w.ID, core.Head, name); !errors.Is(err, core.ErrInvalidArgument) {
+				t.Errorf("fork: got %v, want core.ErrInvalidArgument", err)
 			}
 			bbSameState(t, before, bbCapture(t, s, db))
 		})
@@ -754,11 +755,11 @@ func TestErrWorkspaces(t *testing.T) {
 		if nw.Head != 1 {
 			t.Errorf("new workspace %s/%s head %d", c.tenant, c.name, nw.Head)
 		}
-		if tree := bbTree(t, s, nw.ID, fsstore.Head); len(tree) != 1 {
+		if tree := bbTree(t, s, nw.ID, core.Head); len(tree) != 1 {
 			t.Errorf("recreated workspace %s/%s is not empty: %+v", c.tenant, c.name, tree)
 		}
 	}
-	if _, err := s.Fork(ctx, other.ID, fsstore.Head, "u-fork"); err != nil {
+	if _, err := s.Fork(ctx, other.ID, core.Head, "u-fork"); err != nil {
 		t.Error(err)
 	}
 	bbCheck(t, s)
@@ -774,26 +775,26 @@ func TestErrConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/x", Data: []byte("x0")},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/y", Data: []byte("y0")},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/z", Data: []byte("z0")},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "top", Data: []byte("t0")},
+		core.Op{Kind: core.OpMkdir, Path: "d"},
+		core.Op{Kind: core.OpCreate, Path: "d/x", Data: []byte("x0")},
+		core.Op{Kind: core.OpCreate, Path: "d/y", Data: []byte("y0")},
+		core.Op{Kind: core.OpCreate, Path: "d/z", Data: []byte("z0")},
+		core.Op{Kind: core.OpCreate, Path: "top", Data: []byte("t0")},
 	).Rev
-	write := func(p, data string) *fsstore.Batch { return (&fsstore.Batch{}).WriteFile(p, []byte(data), 0) }
-	commit := func(b *fsstore.Batch, baseRev int64) (fsstore.Revision, error) {
+	write := func(p, data string) *core.Batch { return (&core.Batch{}).WriteFile(p, []byte(data), 0) }
+	commit := func(b *core.Batch, baseRev int64) (core.Revision, error) {
 		return s.Commit(ctx, w.ID, b, fsstore.CommitInfo{Base: baseRev})
 	}
-	conflict := func(name string, b *fsstore.Batch, baseRev int64, wantPaths ...string) {
+	conflict := func(name string, b *core.Batch, baseRev int64, wantPaths ...string) {
 		t.Helper()
 		before := bbCapture(t, s, db)
 		head := bbHead(t, s, w.ID)
 		_, err := commit(b, baseRev)
-		if !errors.Is(err, fsstore.ErrConflict) {
-			t.Errorf("%s: got %v, want ErrConflict", name, err)
+		if !errors.Is(err, core.ErrConflict) {
+			t.Errorf("%s: got %v, want core.ErrConflict", name, err)
 			return
 		}
-		var ce *fsstore.ConflictError
+		var ce *core.ConflictError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: %v is not a *ConflictError", name, err)
 			return
@@ -814,7 +815,7 @@ func TestErrConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	conflict("same file", write("d/x", "x2"), base, "d/x")
-	if got := bbRead(t, s, w.ID, fsstore.Head, "d/x"); string(got) != "x1" {
+	if got := bbRead(t, s, w.ID, core.Head, "d/x"); string(got) != "x1" {
 		t.Errorf("d/x = %q, want the first writer's x1", got)
 	}
 	// A different file in the same directory does not conflict.
@@ -831,14 +832,14 @@ func TestErrConflict(t *testing.T) {
 	// Creating the same new name twice from the same base conflicts.
 	conflict("same new file", write("d/new", "n2"), base, "d/new")
 	// Operations naming a changed path in any role conflict.
-	conflict("rename onto changed", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpRename, From: "d/z", Path: "d/x"}), base, "d/x")
-	conflict("rename changed away", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpRename, From: "d/y", Path: "moved"}), base, "d/y")
-	conflict("delete changed", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpDelete, Path: "top"}), base, "top")
-	conflict("chmod changed", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpChmod, Path: "d/x", Mode: 0o600}), base, "d/x")
-	conflict("delete_all parent of changed", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "d"}), base, "d/x", "d/y", "d/new")
-	conflict("mixed batch, last op conflicts", (&fsstore.Batch{}).
-		Add(fsstore.Op{Kind: fsstore.OpCreate, Path: "fresh", Data: []byte("f")}).
-		Add(fsstore.Op{Kind: fsstore.OpWrite, Path: "d/x", Offset: 1, Data: []byte("!")}), base, "d/x")
+	conflict("rename onto changed", (&core.Batch{}).Add(core.Op{Kind: core.OpRename, From: "d/z", Path: "d/x"}), base, "d/x")
+	conflict("rename changed away", (&core.Batch{}).Add(core.Op{Kind: core.OpRename, From: "d/y", Path: "moved"}), base, "d/y")
+	conflict("delete changed", (&core.Batch{}).Add(core.Op{Kind: core.OpDelete, Path: "top"}), base, "top")
+	conflict("chmod changed", (&core.Batch{}).Add(core.Op{Kind: core.OpChmod, Path: "d/x", Mode: 0o600}), base, "d/x")
+	conflict("delete_all parent of changed", (&core.Batch{}).Add(core.Op{Kind: core.OpDeleteAll, Path: "d"}), base, "d/x", "d/y", "d/new")
+	conflict("mixed batch, last op conflicts", (&core.Batch{}).
+		Add(core.Op{Kind: core.OpCreate, Path: "fresh", Data: []byte("f")}).
+		Add(core.Op{Kind: core.OpWrite, Path: "d/x", Offset: 1, Data: []byte("!")}), base, "d/x")
 	// Against the current head nothing conflicts, and an untouched path still commits on the old base.
 	head := bbHead(t, s, w.ID)
 	if _, err := commit(write("d/x", "x3"), head); err != nil {
@@ -857,27 +858,27 @@ func TestErrConflict(t *testing.T) {
 	conflict("changed after base", write("d/z", "z3"), base, "d/z")
 
 	// A hard-linked file changed under one name changed under all of them.
-	hl := bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "h1", Data: []byte("h0")}, fsstore.Op{Kind: fsstore.OpLink, From: "h1", Path: "d/h2"}).Rev
-	if _, err := commit((&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpWrite, Path: "d/h2", Data: []byte("H")}), hl); err != nil {
+	hl := bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "h1", Data: []byte("h0")}, core.Op{Kind: core.OpLink, From: "h1", Path: "d/h2"}).Rev
+	if _, err := commit((&core.Batch{}).Add(core.Op{Kind: core.OpWrite, Path: "d/h2", Data: []byte("H")}), hl); err != nil {
 		t.Fatal(err)
 	}
 	conflict("hard link, written name", write("d/h2", "h2"), hl, "d/h2")
 	conflict("hard link, other name", write("h1", "h1"), hl, "h1")
-	conflict("hard link, chmod other name", (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpChmod, Path: "h1", Mode: 0o600}), hl, "h1")
-	if got := bbRead(t, s, w.ID, fsstore.Head, "h1"); string(got) != "H0" {
+	conflict("hard link, chmod other name", (&core.Batch{}).Add(core.Op{Kind: core.OpChmod, Path: "h1", Mode: 0o600}), hl, "h1")
+	if got := bbRead(t, s, w.ID, core.Head, "h1"); string(got) != "H0" {
 		t.Errorf("h1 = %q, want the first writer's H0", got)
 	}
 
 	want := map[string]string{"d/x": "x3", "d/y": "y1", "d/z": "z2", "d/new": "n1", "top": "t1"}
 	for p, v := range want {
-		if got := bbRead(t, s, w.ID, fsstore.Head, p); string(got) != v {
+		if got := bbRead(t, s, w.ID, core.Head, p); string(got) != v {
 			t.Errorf("%s = %q, want %q", p, got, v)
 		}
 	}
 	bbCheck(t, s)
 }
 
-// TestErrClosed: after Close, writes fail with ErrClosed and reads fail.
+// TestErrClosed: after Close, writes fail with core.ErrClosed and reads fail.
 func TestErrClosed(t *testing.T) {
 	ctx := context.Background()
 	s := fsstore.New(t.TempDir())
@@ -886,8 +887,8 @@ func TestErrClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := s.CreateWorkspace(ctx, "t", "ws")
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "f", Data: []byte("data")})
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "f", Data: []byte("data")})
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -896,29 +897,29 @@ func TestErrClosed(t *testing.T) {
 	}
 	writes := map[string]func() error{
 		"commit": func() error {
-			_, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("x", nil, 0), fsstore.CommitInfo{})
+			_, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("x", nil, 0), fsstore.CommitInfo{})
 			return err
 		},
 		"apply": func() error {
-			_, err := s.Apply(ctx, w.ID, &fsstore.Changeset{Ops: (&fsstore.Batch{}).WriteFile("x", nil, 0).Ops}, fsstore.CommitInfo{})
+			_, err := s.Apply(ctx, w.ID, &core.Changeset{Ops: (&core.Batch{}).WriteFile("x", nil, 0).Ops}, fsstore.CommitInfo{})
 			return err
 		},
 		"put":    func() error { _, err := s.Put(ctx, bytes.NewReader([]byte("abc"))); return err },
 		"gc":     func() error { _, err := s.GC(ctx); return err },
 		"prune":  func() error { _, err := s.Prune(ctx, w.ID, fsstore.Policy{KeepLast: 1}); return err },
 		"create": func() error { _, err := s.CreateWorkspace(ctx, "t", "x"); return err },
-		"fork":   func() error { _, err := s.Fork(ctx, w.ID, fsstore.Head, "x"); return err },
+		"fork":   func() error { _, err := s.Fork(ctx, w.ID, core.Head, "x"); return err },
 		"delete": func() error { return s.DeleteWorkspace(ctx, w.ID) },
 	}
 	for name, fn := range writes {
-		if err := fn(); !errors.Is(err, fsstore.ErrClosed) {
-			t.Errorf("%s after close: %v, want ErrClosed", name, err)
+		if err := fn(); !errors.Is(err, core.ErrClosed) {
+			t.Errorf("%s after close: %v, want core.ErrClosed", name, err)
 		}
 	}
 	if _, err := sn.ReadFile(ctx, "f"); err == nil {
 		t.Error("read after close succeeded")
 	}
-	if _, err := s.Snapshot(ctx, w.ID, fsstore.Head); err == nil {
+	if _, err := s.Snapshot(ctx, w.ID, core.Head); err == nil {
 		t.Error("snapshot after close succeeded")
 	}
 	if err := s.Close(); err != nil {

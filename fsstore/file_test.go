@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -34,8 +35,8 @@ func TestFileEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "full", Data: []byte("some bytes, more than one chunk of them")},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "truncated", Data: []byte("soon gone, all of these bytes")})
+		core.Op{Kind: core.OpCreate, Path: "full", Data: []byte("some bytes, more than one chunk of them")},
+		core.Op{Kind: core.OpCreate, Path: "truncated", Data: []byte("soon gone, all of these bytes")})
 	chunks := bbCount(t, db, "SELECT count(*) FROM chunks")
 	empty, err := s.Put(ctx, bytes.NewReader(nil))
 	if err != nil {
@@ -45,19 +46,19 @@ func TestFileEmpty(t *testing.T) {
 		t.Fatalf("Put of nothing: %+v", empty)
 	}
 	bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "nil"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "zero-len", Data: []byte{}},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "put", Content: empty},
-		fsstore.Op{Kind: fsstore.OpTruncate, Path: "truncated", Size: 0},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "empty-write"},
-		fsstore.Op{Kind: fsstore.OpWrite, Path: "empty-write", Offset: 100, Data: []byte{}}, // writes nothing, grows nothing
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "full", Data: nil},                         // replace with nothing
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/empty"},
+		core.Op{Kind: core.OpCreate, Path: "nil"},
+		core.Op{Kind: core.OpCreate, Path: "zero-len", Data: []byte{}},
+		core.Op{Kind: core.OpCreate, Path: "put", Content: empty},
+		core.Op{Kind: core.OpTruncate, Path: "truncated", Size: 0},
+		core.Op{Kind: core.OpCreate, Path: "empty-write"},
+		core.Op{Kind: core.OpWrite, Path: "empty-write", Offset: 100, Data: []byte{}}, // writes nothing, grows nothing
+		core.Op{Kind: core.OpCreate, Path: "full", Data: nil},                         // replace with nothing
+		core.Op{Kind: core.OpMkdir, Path: "d"},
+		core.Op{Kind: core.OpCreate, Path: "d/empty"},
 	)
 	// Put the same empty content into a second file in a later revision.
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "put2", Content: empty})
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "put2", Content: empty})
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestFileEmpty(t *testing.T) {
 		t.Errorf("rev 2 full = %q", got)
 	}
 	// Diff of empty files, and applying it elsewhere.
-	cs, err := s.Diff(ctx, w.ID, 2, fsstore.Head)
+	cs, err := s.Diff(ctx, w.ID, 2, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,12 +109,12 @@ func TestFileEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, _ := s.Diff(ctx, w.ID, 1, fsstore.Head)
-	if _, err := s.Apply(ctx, w2.ID, &fsstore.Changeset{From: 1, Ops: full.Ops}, fsstore.CommitInfo{}); err != nil {
+	full, _ := s.Diff(ctx, w.ID, 1, core.Head)
+	if _, err := s.Apply(ctx, w2.ID, &core.Changeset{From: 1, Ops: full.Ops}, fsstore.CommitInfo{}); err != nil {
 		t.Fatalf("apply %v: %v", full.Ops, err)
 	}
 	t.Logf("diff 2..head: %d ops", len(cs.Ops))
-	for _, e := range bbTree(t, s, w2.ID, fsstore.Head) {
+	for _, e := range bbTree(t, s, w2.ID, core.Head) {
 		if e.Mode.IsRegular() && (e.Size != 0 || e.Sum != sha256.Sum256(nil)) {
 			t.Errorf("copied %s: size %d", e.Path, e.Size)
 		}
@@ -214,7 +215,7 @@ func TestFileHuge(t *testing.T) {
 	if got, wantN := bbCount(t, db, "SELECT count(*) FROM chunks"), hugeSize/cs-zero-dup; got != wantN {
 		t.Errorf("store holds %d chunks, want %d distinct", got, wantN)
 	}
-	r := bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "big", Content: c})
+	r := bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "big", Content: c})
 	commitTime := time.Since(start) - putTime
 
 	sn, err := s.Snapshot(ctx, w.ID, r.Rev)
@@ -258,11 +259,11 @@ func TestFileHuge(t *testing.T) {
 	}
 	// A rewrite of one byte in the middle costs one chunk, not a copy of the file.
 	before := bbCount(t, db, "SELECT count(*) FROM chunks")
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpWrite, Path: "big", Offset: hugeSize / 2, Data: []byte{0xAA}})
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpWrite, Path: "big", Offset: hugeSize / 2, Data: []byte{0xAA}})
 	if got := bbCount(t, db, "SELECT count(*) FROM chunks"); got != before+1 {
 		t.Errorf("one-byte write: chunks %d -> %d", before, got)
 	}
-	f2, _ := s.Snapshot(ctx, w.ID, fsstore.Head)
+	f2, _ := s.Snapshot(ctx, w.ID, core.Head)
 	one := make([]byte, 3)
 	if _, err := f2.Open(ctx, "big"); err != nil {
 		t.Fatal(err)
@@ -312,15 +313,15 @@ func TestSparse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type O = fsstore.Op
+	type O = core.Op
 	bbCommit(t, s, w.ID,
-		O{Kind: fsstore.OpCreate, Path: "s"},
-		O{Kind: fsstore.OpWrite, Path: "s", Offset: 1000, Data: []byte("X")},
-		O{Kind: fsstore.OpCreate, Path: "t", Data: []byte("abc")},
-		O{Kind: fsstore.OpTruncate, Path: "t", Size: 100},
-		O{Kind: fsstore.OpCreate, Path: "u", Data: []byte("0123456789abcdefghij")},
-		O{Kind: fsstore.OpTruncate, Path: "u", Size: 5},
-		O{Kind: fsstore.OpTruncate, Path: "u", Size: 40},
+		O{Kind: core.OpCreate, Path: "s"},
+		O{Kind: core.OpWrite, Path: "s", Offset: 1000, Data: []byte("X")},
+		O{Kind: core.OpCreate, Path: "t", Data: []byte("abc")},
+		O{Kind: core.OpTruncate, Path: "t", Size: 100},
+		O{Kind: core.OpCreate, Path: "u", Data: []byte("0123456789abcdefghij")},
+		O{Kind: core.OpTruncate, Path: "u", Size: 5},
+		O{Kind: core.OpTruncate, Path: "u", Size: 40},
 	)
 	want := map[string][]byte{
 		"s": append(make([]byte, 1000), 'X'),
@@ -328,7 +329,7 @@ func TestSparse(t *testing.T) {
 		"u": append([]byte("01234"), make([]byte, 35)...),
 	}
 	for p, exp := range want {
-		if got := bbRead(t, s, w.ID, fsstore.Head, p); !bytes.Equal(got, exp) {
+		if got := bbRead(t, s, w.ID, core.Head, p); !bytes.Equal(got, exp) {
 			t.Errorf("%s = %q, want %q", p, got, exp)
 		}
 	}
@@ -337,24 +338,24 @@ func TestSparse(t *testing.T) {
 		t.Errorf("sparse file has %d extents, want 1", n)
 	}
 	// Shrinking then growing in separate revisions reads zeros, not the old bytes.
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpCreate, Path: "v", Data: []byte("0123456789abcdefghijklmnopqrstuvwxyz")})
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpTruncate, Path: "v", Size: 17})
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpTruncate, Path: "v", Size: 36})
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpWrite, Path: "v", Offset: 30, Data: []byte("!")})
+	bbCommit(t, s, w.ID, O{Kind: core.OpCreate, Path: "v", Data: []byte("0123456789abcdefghijklmnopqrstuvwxyz")})
+	bbCommit(t, s, w.ID, O{Kind: core.OpTruncate, Path: "v", Size: 17})
+	bbCommit(t, s, w.ID, O{Kind: core.OpTruncate, Path: "v", Size: 36})
+	bbCommit(t, s, w.ID, O{Kind: core.OpWrite, Path: "v", Offset: 30, Data: []byte("!")})
 	exp := modelWrite(modelTruncate([]byte("0123456789abcdefg"), 36), 30, []byte("!"))
-	if got := bbRead(t, s, w.ID, fsstore.Head, "v"); !bytes.Equal(got, exp) {
+	if got := bbRead(t, s, w.ID, core.Head, "v"); !bytes.Equal(got, exp) {
 		t.Errorf("v = %q, want %q", got, exp)
 	}
 	// The largest sizes work, and shrinking from them forgets the data.
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpTruncate, Path: "t", Size: fsstore.MaxFileSize})
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpWrite, Path: "t", Offset: fsstore.MaxFileSize - 3, Data: []byte("end")})
-	sn, _ := s.Snapshot(ctx, w.ID, fsstore.Head)
+	bbCommit(t, s, w.ID, O{Kind: core.OpTruncate, Path: "t", Size: core.MaxFileSize})
+	bbCommit(t, s, w.ID, O{Kind: core.OpWrite, Path: "t", Offset: core.MaxFileSize - 3, Data: []byte("end")})
+	sn, _ := s.Snapshot(ctx, w.ID, core.Head)
 	f, err := sn.Open(ctx, "t")
-	if err != nil || f.Size() != fsstore.MaxFileSize {
+	if err != nil || f.Size() != core.MaxFileSize {
 		t.Fatalf("huge sparse file: %v", err)
 	}
 	tail := make([]byte, 8)
-	if n, err := f.ReadAt(tail, fsstore.MaxFileSize-5); n != 5 || err != io.EOF || string(tail[:5]) != "\x00\x00end" {
+	if n, err := f.ReadAt(tail, core.MaxFileSize-5); n != 5 || err != io.EOF || string(tail[:5]) != "\x00\x00end" {
 		t.Errorf("tail of huge file: %d %v %q", n, err, tail[:n])
 	}
 	if n, err := f.ReadAt(tail[:3], 0); n != 3 || err != nil || string(tail[:3]) != "abc" {
@@ -367,12 +368,12 @@ func TestSparse(t *testing.T) {
 	if n, err := f.Read(nil); n != 0 || err != nil {
 		t.Errorf("empty Read mid-file: %d %v, want 0 nil", n, err)
 	}
-	if n, err := f.ReadAt(tail, fsstore.MaxFileSize); n != 0 || err != io.EOF {
+	if n, err := f.ReadAt(tail, core.MaxFileSize); n != 0 || err != io.EOF {
 		t.Errorf("ReadAt at the end: %d %v, want 0 EOF", n, err)
 	}
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpTruncate, Path: "t", Size: 0})
-	bbCommit(t, s, w.ID, O{Kind: fsstore.OpTruncate, Path: "t", Size: 3})
-	if got := bbRead(t, s, w.ID, fsstore.Head, "t"); string(got) != "\x00\x00\x00" {
+	bbCommit(t, s, w.ID, O{Kind: core.OpTruncate, Path: "t", Size: 0})
+	bbCommit(t, s, w.ID, O{Kind: core.OpTruncate, Path: "t", Size: 3})
+	if got := bbRead(t, s, w.ID, core.Head, "t"); string(got) != "\x00\x00\x00" {
 		t.Errorf("t after shrinking from the largest size and growing = %q, want zeros", got)
 	}
 	bbCheck(t, s)
@@ -423,7 +424,7 @@ func TestSparseRandom(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		if err := sn.Walk(ctx, "", func(p string, st fsstore.Stat) error {
+		if err := sn.Walk(ctx, "", func(p string, st core.Stat) error {
 			if st.Mode.IsRegular() {
 				got = append(got, p)
 			}
@@ -469,7 +470,7 @@ func TestSparseRandom(t *testing.T) {
 	// step makes one batch of random ops against m, commits it and updates m.
 	step := func(ws int64, m model) {
 		t.Helper()
-		var ops []fsstore.Op
+		var ops []core.Op
 		// m["sub/"] marks that directory sub exists.
 		nops := 1 + rng.IntN(6)
 		for i := 0; i < nops; i++ {
@@ -477,13 +478,13 @@ func TestSparseRandom(t *testing.T) {
 			cur, exists := m[p]
 			if strings.HasPrefix(p, "sub/") && m["sub/"] == nil {
 				// (re)create the directory in this batch: its entries are fresh
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: "sub"})
+				ops = append(ops, core.Op{Kind: core.OpMkdir, Path: "sub"})
 				m["sub/"] = []byte{}
 			}
 			switch k := rng.IntN(10); {
 			case !exists || k == 0: // create (or replace) with inline data
 				data := randData(rng.IntN(70))
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpCreate, Path: p, Data: data})
+				ops = append(ops, core.Op{Kind: core.OpCreate, Path: p, Data: data})
 				m[p] = bytes.Clone(data)
 			case k == 1: // create from Put content
 				data := randData(rng.IntN(90))
@@ -491,16 +492,16 @@ func TestSparseRandom(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpCreate, Path: p, Content: c})
+				ops = append(ops, core.Op{Kind: core.OpCreate, Path: p, Content: c})
 				m[p] = bytes.Clone(data)
 			case k <= 4: // write, often past the end
 				off := rng.Int64N(int64(len(cur)) + 120)
 				data := randData(rng.IntN(50))
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpWrite, Path: p, Offset: off, Data: data})
+				ops = append(ops, core.Op{Kind: core.OpWrite, Path: p, Offset: off, Data: data})
 				m[p] = modelWrite(cur, off, data)
 			case k <= 6: // truncate, down or up
 				size := rng.Int64N(int64(len(cur))*2 + 60)
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpTruncate, Path: p, Size: size})
+				ops = append(ops, core.Op{Kind: core.OpTruncate, Path: p, Size: size})
 				m[p] = modelTruncate(cur, size)
 			case k == 7: // write whole chunk slots from Put content, shifted
 				data := randData(1 + rng.IntN(60))
@@ -509,7 +510,7 @@ func TestSparseRandom(t *testing.T) {
 					t.Fatal(err)
 				}
 				shift := rng.Int64N(6)
-				wc := &fsstore.Content{}
+				wc := &core.Content{}
 				b := cur
 				for _, ref := range c.Chunks {
 					src := data[ref.Index*cs : ref.Index*cs+int64(ref.Len)]
@@ -524,23 +525,23 @@ func TestSparseRandom(t *testing.T) {
 					}
 					copy(b[slot:], src)
 				}
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpWrite, Path: p, Content: wc})
+				ops = append(ops, core.Op{Kind: core.OpWrite, Path: p, Content: wc})
 				m[p] = b
 			case k == 8: // rename over another path in the same directory level
 				q := paths[rng.IntN(len(paths))]
 				if q == p || (strings.HasPrefix(q, "sub/") && m["sub/"] == nil) {
 					continue
 				}
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpRename, From: p, Path: q})
+				ops = append(ops, core.Op{Kind: core.OpRename, From: p, Path: q})
 				m[q] = cur
 				delete(m, p)
 			case k == 9: // delete
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpDelete, Path: p})
+				ops = append(ops, core.Op{Kind: core.OpDelete, Path: p})
 				delete(m, p)
 			}
 		}
 		if rng.IntN(8) == 0 && m["sub/"] != nil {
-			ops = append(ops, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "sub"})
+			ops = append(ops, core.Op{Kind: core.OpDeleteAll, Path: "sub"})
 			for p := range m {
 				if strings.HasPrefix(p, "sub/") {
 					delete(m, p)
@@ -550,7 +551,7 @@ func TestSparseRandom(t *testing.T) {
 		if len(ops) == 0 {
 			return
 		}
-		if _, err := s.Commit(ctx, ws, &fsstore.Batch{Ops: ops}, fsstore.CommitInfo{}); err != nil {
+		if _, err := s.Commit(ctx, ws, &core.Batch{Ops: ops}, fsstore.CommitInfo{}); err != nil {
 			t.Fatalf("commit %v: %v", ops, err)
 		}
 	}
@@ -613,18 +614,18 @@ func TestNames(t *testing.T) {
 		"A", "a", "B", "~",
 	}
 	for _, n := range names {
-		if len(n) > fsstore.MaxNameLen {
+		if len(n) > core.MaxNameLen {
 			t.Fatalf("test name too long: %d", len(n))
 		}
 	}
-	var ops []fsstore.Op
-	ops = append(ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: "dirs"}, fsstore.Op{Kind: fsstore.OpMkdir, Path: "links"})
+	var ops []core.Op
+	ops = append(ops, core.Op{Kind: core.OpMkdir, Path: "dirs"}, core.Op{Kind: core.OpMkdir, Path: "links"})
 	for _, n := range names {
 		ops = append(ops,
-			fsstore.Op{Kind: fsstore.OpCreate, Path: n, Data: []byte("content of " + n)},
-			fsstore.Op{Kind: fsstore.OpMkdir, Path: "dirs/" + n},
-			fsstore.Op{Kind: fsstore.OpCreate, Path: "dirs/" + n + "/" + n, Data: []byte(n)},
-			fsstore.Op{Kind: fsstore.OpSymlink, Path: "links/" + n, Target: n},
+			core.Op{Kind: core.OpCreate, Path: n, Data: []byte("content of " + n)},
+			core.Op{Kind: core.OpMkdir, Path: "dirs/" + n},
+			core.Op{Kind: core.OpCreate, Path: "dirs/" + n + "/" + n, Data: []byte(n)},
+			core.Op{Kind: core.OpSymlink, Path: "links/" + n, Target: n},
 		)
 	}
 	r := bbCommit(t, s, w.ID, ops...)
@@ -686,8 +687,8 @@ func TestNames(t *testing.T) {
 	// check both revisions and the diff between them.
 	ops = nil
 	for _, n := range names {
-		if len(n) < fsstore.MaxNameLen {
-			ops = append(ops, fsstore.Op{Kind: fsstore.OpRename, From: n, Path: "~" + n})
+		if len(n) < core.MaxNameLen {
+			ops = append(ops, core.Op{Kind: core.OpRename, From: n, Path: "~" + n})
 		}
 	}
 	r2 := bbCommit(t, s, w.ID, ops...)
@@ -698,12 +699,12 @@ func TestNames(t *testing.T) {
 	}
 	renamed := map[string]string{}
 	for _, op := range cs.Ops {
-		if op.Kind == fsstore.OpRename {
+		if op.Kind == core.OpRename {
 			renamed[op.From] = op.Path
 		}
 	}
 	for _, n := range names {
-		if len(n) < fsstore.MaxNameLen && renamed[n] != "~"+n {
+		if len(n) < core.MaxNameLen && renamed[n] != "~"+n {
 			t.Errorf("diff: rename of %q -> %q, want %q", n, renamed[n], "~"+n)
 		}
 	}
@@ -715,11 +716,11 @@ func TestNames(t *testing.T) {
 	extra := []string{"\xfe", "0", "zz", "日本", "\x01"}
 	ops = nil
 	for _, n := range extra {
-		ops = append(ops, fsstore.Op{Kind: fsstore.OpCreate, Path: "dirs/" + n, Data: []byte(n)})
+		ops = append(ops, core.Op{Kind: core.OpCreate, Path: "dirs/" + n, Data: []byte(n)})
 	}
-	ops = append(ops, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "dirs/" + names[0]})
+	ops = append(ops, core.Op{Kind: core.OpDeleteAll, Path: "dirs/" + names[0]})
 	bbCommit(t, s, f.ID, ops...)
-	sn, _ := s.Snapshot(ctx, f.ID, fsstore.Head)
+	sn, _ := s.Snapshot(ctx, f.ID, core.Head)
 	es, err := sn.ReadDir(ctx, "dirs")
 	if err != nil {
 		t.Fatal(err)
@@ -759,7 +760,7 @@ func TestDedup(t *testing.T) {
 	w2, _ := s.CreateWorkspace(ctx, "u", "two")
 	data := distinctData("dedup", 160) // 10 distinct chunks
 	c0 := chunks()
-	bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpMkdir, Path: "a"}, fsstore.Op{Kind: fsstore.OpCreate, Path: "a/x", Data: data})
+	bbCommit(t, s, w1.ID, core.Op{Kind: core.OpMkdir, Path: "a"}, core.Op{Kind: core.OpCreate, Path: "a/x", Data: data})
 	if got := chunks(); got != c0+10 {
 		t.Fatalf("first copy: %d chunks, want %d", got, c0+10)
 	}
@@ -767,31 +768,31 @@ func TestDedup(t *testing.T) {
 		name string
 		do   func()
 	}{
-		{"second file", func() { bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "a/y", Data: data}) }},
+		{"second file", func() { bbCommit(t, s, w1.ID, core.Op{Kind: core.OpCreate, Path: "a/y", Data: data}) }},
 		{"same batch twice", func() {
-			bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "b1", Data: data}, fsstore.Op{Kind: fsstore.OpCreate, Path: "b2", Data: data})
+			bbCommit(t, s, w1.ID, core.Op{Kind: core.OpCreate, Path: "b1", Data: data}, core.Op{Kind: core.OpCreate, Path: "b2", Data: data})
 		}},
-		{"other workspace and tenant", func() { bbCommit(t, s, w2.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "z", Data: data}) }},
+		{"other workspace and tenant", func() { bbCommit(t, s, w2.ID, core.Op{Kind: core.OpCreate, Path: "z", Data: data}) }},
 		{"through Put", func() {
 			c, err := s.Put(ctx, bytes.NewReader(data))
 			if err != nil {
 				t.Fatal(err)
 			}
-			bbCommit(t, s, w2.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "p", Content: c})
+			bbCommit(t, s, w2.ID, core.Op{Kind: core.OpCreate, Path: "p", Content: c})
 		}},
 		{"chunk-aligned writes", func() {
 			bbCommit(t, s, w2.ID,
-				fsstore.Op{Kind: fsstore.OpCreate, Path: "shifted"},
-				fsstore.Op{Kind: fsstore.OpWrite, Path: "shifted", Offset: 48, Data: data})
+				core.Op{Kind: core.OpCreate, Path: "shifted"},
+				core.Op{Kind: core.OpWrite, Path: "shifted", Offset: 48, Data: data})
 		}},
 		{"piecewise writes", func() {
-			ops := []fsstore.Op{{Kind: fsstore.OpCreate, Path: "pieces"}}
+			ops := []core.Op{{Kind: core.OpCreate, Path: "pieces"}}
 			for off := len(data) - 16; off >= 0; off -= 16 {
-				ops = append(ops, fsstore.Op{Kind: fsstore.OpWrite, Path: "pieces", Offset: int64(off), Data: data[off : off+16]})
+				ops = append(ops, core.Op{Kind: core.OpWrite, Path: "pieces", Offset: int64(off), Data: data[off : off+16]})
 			}
 			bbCommit(t, s, w1.ID, ops...)
 		}},
-		{"rewrite identical content", func() { bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "a/x", Data: data}) }},
+		{"rewrite identical content", func() { bbCommit(t, s, w1.ID, core.Op{Kind: core.OpCreate, Path: "a/x", Data: data}) }},
 	}
 	for _, st := range steps {
 		st.do()
@@ -800,7 +801,7 @@ func TestDedup(t *testing.T) {
 		}
 	}
 	// A file of one repeated chunk stores that chunk once.
-	bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "rep", Data: bytes.Repeat(data[:16], 64)})
+	bbCommit(t, s, w1.ID, core.Op{Kind: core.OpCreate, Path: "rep", Data: bytes.Repeat(data[:16], 64)})
 	if got := chunks(); got != c0+10 {
 		t.Errorf("repeated chunk: %d chunks, want %d (it is one of the ten)", got, c0+10)
 	}
@@ -814,16 +815,16 @@ func TestDedup(t *testing.T) {
 		ws int64
 		p  string
 	}{{w1.ID, "a/x"}, {w1.ID, "a/y"}, {w1.ID, "b1"}, {w1.ID, "b2"}, {w2.ID, "z"}, {w2.ID, "p"}, {w1.ID, "pieces"}} {
-		if got := bbRead(t, s, c.ws, fsstore.Head, c.p); !bytes.Equal(got, data) {
+		if got := bbRead(t, s, c.ws, core.Head, c.p); !bytes.Equal(got, data) {
 			t.Errorf("%d:%s differs", c.ws, c.p)
 		}
 	}
-	if got := bbRead(t, s, w2.ID, fsstore.Head, "shifted"); !bytes.Equal(got, append(make([]byte, 48), data...)) {
+	if got := bbRead(t, s, w2.ID, core.Head, "shifted"); !bytes.Equal(got, append(make([]byte, 48), data...)) {
 		t.Errorf("shifted differs")
 	}
 	// Deleting one copy leaves the others intact.
-	bbCommit(t, s, w1.ID, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "a"})
-	if got := bbRead(t, s, w2.ID, fsstore.Head, "z"); !bytes.Equal(got, data) {
+	bbCommit(t, s, w1.ID, core.Op{Kind: core.OpDeleteAll, Path: "a"})
+	if got := bbRead(t, s, w2.ID, core.Head, "z"); !bytes.Equal(got, data) {
 		t.Errorf("z differs after deleting a")
 	}
 	bbCheck(t, s)
@@ -836,23 +837,23 @@ func TestFork(t *testing.T) {
 	w, _ := s.CreateWorkspace(ctx, "t", "src")
 	big := distinctData("fork-big", 400)
 	r2 := bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d/e"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/big", Data: big},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/e/small", Data: []byte("small")},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "top", Data: distinctData("fork-top", 50)},
-		fsstore.Op{Kind: fsstore.OpSymlink, Path: "sl", Target: "d/big"},
-		fsstore.Op{Kind: fsstore.OpLink, From: "top", Path: "d/hard"},
-		fsstore.Op{Kind: fsstore.OpTruncate, Path: "d/e/small", Size: 100},
+		core.Op{Kind: core.OpMkdir, Path: "d"},
+		core.Op{Kind: core.OpMkdir, Path: "d/e"},
+		core.Op{Kind: core.OpCreate, Path: "d/big", Data: big},
+		core.Op{Kind: core.OpCreate, Path: "d/e/small", Data: []byte("small")},
+		core.Op{Kind: core.OpCreate, Path: "top", Data: distinctData("fork-top", 50)},
+		core.Op{Kind: core.OpSymlink, Path: "sl", Target: "d/big"},
+		core.Op{Kind: core.OpLink, From: "top", Path: "d/hard"},
+		core.Op{Kind: core.OpTruncate, Path: "d/e/small", Size: 100},
 	)
 	r3 := bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpWrite, Path: "d/big", Offset: 390, Data: []byte("0123456789abcdef")},
-		fsstore.Op{Kind: fsstore.OpRename, From: "d/e", Path: "e2"},
-		fsstore.Op{Kind: fsstore.OpChmod, Path: "top", Mode: 0o600},
+		core.Op{Kind: core.OpWrite, Path: "d/big", Offset: 390, Data: []byte("0123456789abcdef")},
+		core.Op{Kind: core.OpRename, From: "d/e", Path: "e2"},
+		core.Op{Kind: core.OpChmod, Path: "top", Mode: 0o600},
 	)
 	tree2, tree3 := bbTree(t, s, w.ID, r2.Rev), bbTree(t, s, w.ID, r3.Rev)
 	before := bbRowCounts(t, db)
-	fHead, err := s.Fork(ctx, w.ID, fsstore.Head, "f-head")
+	fHead, err := s.Fork(ctx, w.ID, core.Head, "f-head")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -860,7 +861,7 @@ func TestFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fFork, err := s.Fork(ctx, fHead.ID, fsstore.Head, "f-fork")
+	fFork, err := s.Fork(ctx, fHead.ID, core.Head, "f-fork")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -878,7 +879,7 @@ func TestFork(t *testing.T) {
 		ws   int64
 		want []bbEntry
 	}{{"f-head", fHead.ID, tree3}, {"f-old", fOld.ID, tree2}, {"f-fork", fFork.ID, tree3}} {
-		if got := bbTree(t, s, c.ws, fsstore.Head); !reflect.DeepEqual(got, c.want) {
+		if got := bbTree(t, s, c.ws, core.Head); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s tree:\n got %+v\nwant %+v", c.name, got, c.want)
 		}
 		if fw, _ := s.WorkspaceByID(ctx, c.ws); fw.Head != 1 || fw.BaseID == 0 {
@@ -886,36 +887,36 @@ func TestFork(t *testing.T) {
 		}
 	}
 	// Changing a fork touches only what changed: one chunk for a one-byte write.
-	bbCommit(t, s, fHead.ID, fsstore.Op{Kind: fsstore.OpWrite, Path: "d/big", Offset: 0, Data: []byte{'!'}})
+	bbCommit(t, s, fHead.ID, core.Op{Kind: core.OpWrite, Path: "d/big", Offset: 0, Data: []byte{'!'}})
 	after2 := bbRowCounts(t, db)
 	if after2["chunks"] != after["chunks"]+1 || after2["extents"] > after["extents"]+1 {
 		t.Errorf("one-byte write in fork: chunks %d -> %d, extents %d -> %d", after["chunks"], after2["chunks"], after["extents"], after2["extents"])
 	}
 	bbCommit(t, s, fHead.ID,
-		fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "e2/small", Data: []byte("fork's own")},
-		fsstore.Op{Kind: fsstore.OpTruncate, Path: "top", Size: 3},
+		core.Op{Kind: core.OpDeleteAll, Path: "d"},
+		core.Op{Kind: core.OpCreate, Path: "e2/small", Data: []byte("fork's own")},
+		core.Op{Kind: core.OpTruncate, Path: "top", Size: 3},
 	)
-	bbCommit(t, s, fOld.ID, fsstore.Op{Kind: fsstore.OpRename, From: "d", Path: "dd"}, fsstore.Op{Kind: fsstore.OpWrite, Path: "dd/big", Offset: 1000, Data: []byte("x")})
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "d/big", Data: []byte("source changed")}, fsstore.Op{Kind: fsstore.OpTruncate, Path: "d/hard", Size: 1})
+	bbCommit(t, s, fOld.ID, core.Op{Kind: core.OpRename, From: "d", Path: "dd"}, core.Op{Kind: core.OpWrite, Path: "dd/big", Offset: 1000, Data: []byte("x")})
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "d/big", Data: []byte("source changed")}, core.Op{Kind: core.OpTruncate, Path: "d/hard", Size: 1})
 	// The source's old revisions and the untouched fork of a fork are as they were.
 	for _, c := range []struct {
 		name string
 		ws   int64
 		rev  int64
 		want []bbEntry
-	}{{"src@2", w.ID, r2.Rev, tree2}, {"src@3", w.ID, r3.Rev, tree3}, {"f-fork", fFork.ID, fsstore.Head, tree3}, {"f-head@1", fHead.ID, 1, tree3}, {"f-old@1", fOld.ID, 1, tree2}} {
+	}{{"src@2", w.ID, r2.Rev, tree2}, {"src@3", w.ID, r3.Rev, tree3}, {"f-fork", fFork.ID, core.Head, tree3}, {"f-head@1", fHead.ID, 1, tree3}, {"f-old@1", fOld.ID, 1, tree2}} {
 		if got := bbTree(t, s, c.ws, c.rev); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s changed:\n got %+v\nwant %+v", c.name, got, c.want)
 		}
 	}
-	if got := bbRead(t, s, fHead.ID, fsstore.Head, "top"); !bytes.Equal(got, distinctData("fork-top", 3)) {
+	if got := bbRead(t, s, fHead.ID, core.Head, "top"); !bytes.Equal(got, distinctData("fork-top", 3)) {
 		t.Errorf("fork top = %q", got)
 	}
-	if got := bbRead(t, s, fOld.ID, fsstore.Head, "dd/big"); len(got) != 1001 || !bytes.Equal(got[:400], big) {
+	if got := bbRead(t, s, fOld.ID, core.Head, "dd/big"); len(got) != 1001 || !bytes.Equal(got[:400], big) {
 		t.Errorf("f-old dd/big: %d bytes", len(got))
 	}
-	if got := bbRead(t, s, w.ID, fsstore.Head, "top"); !bytes.Equal(got, distinctData("fork-top", 1)) {
+	if got := bbRead(t, s, w.ID, core.Head, "top"); !bytes.Equal(got, distinctData("fork-top", 1)) {
 		t.Errorf("src top = %q (truncated through its hard link)", got)
 	}
 	bbCheck(t, s)
@@ -927,31 +928,31 @@ func TestFileBatchReuse(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
 	w, _ := s.CreateWorkspace(ctx, "t", "ws")
-	type O = fsstore.Op
+	type O = core.Op
 	bbCommit(t, s, w.ID,
-		O{Kind: fsstore.OpMkdir, Path: "n"},
-		O{Kind: fsstore.OpCreate, Path: "n/x", Data: []byte("first")},
-		O{Kind: fsstore.OpDelete, Path: "n/x"},
-		O{Kind: fsstore.OpCreate, Path: "n/x", Data: []byte("second")},
-		O{Kind: fsstore.OpCreate, Path: "n/y", Data: []byte("why")},
-		O{Kind: fsstore.OpRename, From: "n/y", Path: "n/z"},
-		O{Kind: fsstore.OpRename, From: "n/z", Path: "n/y"},
-		O{Kind: fsstore.OpMkdir, Path: "n/d"},
-		O{Kind: fsstore.OpDelete, Path: "n/d"},
-		O{Kind: fsstore.OpMkdir, Path: "n/d"},
-		O{Kind: fsstore.OpSymlink, Path: "n/l", Target: "x"},
-		O{Kind: fsstore.OpDelete, Path: "n/l"},
-		O{Kind: fsstore.OpSymlink, Path: "n/l", Target: "y"},
-		O{Kind: fsstore.OpLink, From: "n/x", Path: "n/h"},
-		O{Kind: fsstore.OpDelete, Path: "n/h"},
-		O{Kind: fsstore.OpLink, From: "n/y", Path: "n/h"},
-		O{Kind: fsstore.OpCreate, Path: "n/d/f", Data: []byte("f")},
-		O{Kind: fsstore.OpDeleteAll, Path: "n/d"},
-		O{Kind: fsstore.OpMkdir, Path: "n/d"},
-		O{Kind: fsstore.OpCreate, Path: "n/d/f", Data: []byte("f2")},
-		O{Kind: fsstore.OpRename, From: "n/x", Path: "n/y", Exchange: true},
+		O{Kind: core.OpMkdir, Path: "n"},
+		O{Kind: core.OpCreate, Path: "n/x", Data: []byte("first")},
+		O{Kind: core.OpDelete, Path: "n/x"},
+		O{Kind: core.OpCreate, Path: "n/x", Data: []byte("second")},
+		O{Kind: core.OpCreate, Path: "n/y", Data: []byte("why")},
+		O{Kind: core.OpRename, From: "n/y", Path: "n/z"},
+		O{Kind: core.OpRename, From: "n/z", Path: "n/y"},
+		O{Kind: core.OpMkdir, Path: "n/d"},
+		O{Kind: core.OpDelete, Path: "n/d"},
+		O{Kind: core.OpMkdir, Path: "n/d"},
+		O{Kind: core.OpSymlink, Path: "n/l", Target: "x"},
+		O{Kind: core.OpDelete, Path: "n/l"},
+		O{Kind: core.OpSymlink, Path: "n/l", Target: "y"},
+		O{Kind: core.OpLink, From: "n/x", Path: "n/h"},
+		O{Kind: core.OpDelete, Path: "n/h"},
+		O{Kind: core.OpLink, From: "n/y", Path: "n/h"},
+		O{Kind: core.OpCreate, Path: "n/d/f", Data: []byte("f")},
+		O{Kind: core.OpDeleteAll, Path: "n/d"},
+		O{Kind: core.OpMkdir, Path: "n/d"},
+		O{Kind: core.OpCreate, Path: "n/d/f", Data: []byte("f2")},
+		O{Kind: core.OpRename, From: "n/x", Path: "n/y", Exchange: true},
 	)
-	sn, _ := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, _ := s.Snapshot(ctx, w.ID, core.Head)
 	want := map[string]string{"n/x": "why", "n/y": "second", "n/h": "why", "n/d/f": "f2"}
 	for p, v := range want {
 		if got, err := sn.ReadFile(ctx, p); err != nil || string(got) != v {
@@ -1015,10 +1016,10 @@ func TestGC(t *testing.T) {
 		content[n] = distinctData("gc-"+n, 48)
 	}
 	w, _ := s.CreateWorkspace(ctx, "t", "ws")
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "x", Data: content["A"]}, fsstore.Op{Kind: fsstore.OpCreate, Path: "keep", Data: content["K"]}) // 2
-	r3 := bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "x", Data: content["B"]})                                                                 // 3
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "x", Data: content["C"]}, fsstore.Op{Kind: fsstore.OpCreate, Path: "y", Data: content["D"]})    // 4
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpDelete, Path: "x"})                                                                                           // 5
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "x", Data: content["A"]}, core.Op{Kind: core.OpCreate, Path: "keep", Data: content["K"]}) // 2
+	r3 := bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "x", Data: content["B"]})                                                           // 3
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "x", Data: content["C"]}, core.Op{Kind: core.OpCreate, Path: "y", Data: content["D"]})    // 4
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpDelete, Path: "x"})                                                                                     // 5
 	f, err := s.Fork(ctx, w.ID, r3.Rev, "f")
 	if err != nil {
 		t.Fatal(err)
@@ -1027,7 +1028,7 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bbCommit(t, s, f.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "z", Content: cE})
+	bbCommit(t, s, f.ID, core.Op{Kind: core.OpCreate, Path: "z", Content: cE})
 
 	st, err := s.GC(ctx)
 	if err != nil || st.Chunks != 0 {
@@ -1055,10 +1056,10 @@ func TestGC(t *testing.T) {
 		t.Errorf("GC after prune: %+v %v", st, err)
 	}
 	expect("pruned", content, "B", "D", "K", "E")
-	if got := bbRead(t, s, f.ID, fsstore.Head, "x"); !bytes.Equal(got, content["B"]) {
+	if got := bbRead(t, s, f.ID, core.Head, "x"); !bytes.Equal(got, content["B"]) {
 		t.Errorf("fork reads x = %q", got)
 	}
-	if _, err := s.Snapshot(ctx, w.ID, r3.Rev); !errors.Is(err, fsstore.ErrUnknownRevision) {
+	if _, err := s.Snapshot(ctx, w.ID, r3.Rev); !errors.Is(err, core.ErrUnknownRevision) {
 		t.Errorf("pruned revision: %v", err)
 	}
 	bbCheck(t, s)
@@ -1074,10 +1075,10 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("fork deleted", content, "D", "K")
-	if got := bbRead(t, s, w.ID, fsstore.Head, "keep"); !bytes.Equal(got, content["K"]) {
+	if got := bbRead(t, s, w.ID, core.Head, "keep"); !bytes.Equal(got, content["K"]) {
 		t.Errorf("keep = %q", got)
 	}
-	if got := bbRead(t, s, w.ID, fsstore.Head, "y"); !bytes.Equal(got, content["D"]) {
+	if got := bbRead(t, s, w.ID, core.Head, "y"); !bytes.Equal(got, content["D"]) {
 		t.Errorf("y = %q", got)
 	}
 	bbCheck(t, s)
@@ -1099,8 +1100,8 @@ func TestGCLease(t *testing.T) {
 	if st, err := s.GC(ctx); err != nil || st.Chunks != 0 {
 		t.Errorf("GC took leased chunks: %+v %v", st, err)
 	}
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "p", Content: c})
-	if got := bbRead(t, s, w.ID, fsstore.Head, "p"); !bytes.Equal(got, p) {
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "p", Content: c})
+	if got := bbRead(t, s, w.ID, core.Head, "p"); !bytes.Equal(got, p) {
 		t.Errorf("p = %q", got)
 	}
 
@@ -1130,11 +1131,11 @@ func TestGCLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := bbCapture(t, s2, db)
-	_, err = s2.Commit(ctx, w2.ID, (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpCreate, Path: "q", Content: cq}), fsstore.CommitInfo{})
-	if !errors.Is(err, fsstore.ErrMissingChunk) {
-		t.Errorf("commit of collected content: %v, want ErrMissingChunk", err)
+	_, err = s2.Commit(ctx, w2.ID, (&core.Batch{}).Add(core.Op{Kind: core.OpCreate, Path: "q", Content: cq}), fsstore.CommitInfo{})
+	if !errors.Is(err, core.ErrMissingChunk) {
+		t.Errorf("commit of collected content: %v, want core.ErrMissingChunk", err)
 		if err == nil {
-			t.Errorf("q reads %q (wrote %q)", bbRead(t, s2, w2.ID, fsstore.Head, "q"), q)
+			t.Errorf("q reads %q (wrote %q)", bbRead(t, s2, w2.ID, core.Head, "q"), q)
 		}
 	} else {
 		bbSameState(t, before, bbCapture(t, s2, db))
@@ -1144,11 +1145,11 @@ func TestGCLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bbCommit(t, s2, w2.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "q", Content: cq2}, fsstore.Op{Kind: fsstore.OpCreate, Path: "r", Content: cr})
-	if got := bbRead(t, s2, w2.ID, fsstore.Head, "q"); !bytes.Equal(got, q) {
+	bbCommit(t, s2, w2.ID, core.Op{Kind: core.OpCreate, Path: "q", Content: cq2}, core.Op{Kind: core.OpCreate, Path: "r", Content: cr})
+	if got := bbRead(t, s2, w2.ID, core.Head, "q"); !bytes.Equal(got, q) {
 		t.Errorf("q = %q", got)
 	}
-	if got := bbRead(t, s2, w2.ID, fsstore.Head, "r"); !bytes.Equal(got, r) {
+	if got := bbRead(t, s2, w2.ID, core.Head, "r"); !bytes.Equal(got, r) {
 		t.Errorf("r = %q", got)
 	}
 	bbCheck(t, s2)
@@ -1171,10 +1172,10 @@ func TestConcurrentReaders(t *testing.T) {
 		return []byte(strings.Repeat(v, 1+int(r%5))) // several chunks, size varies
 	}
 	bbCommit(t, s, w.ID,
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "a", Data: value(2)},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "b", Data: value(2)},
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d2"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d2/c", Data: value(2)},
+		core.Op{Kind: core.OpCreate, Path: "a", Data: value(2)},
+		core.Op{Kind: core.OpCreate, Path: "b", Data: value(2)},
+		core.Op{Kind: core.OpMkdir, Path: "d2"},
+		core.Op{Kind: core.OpCreate, Path: "d2/c", Data: value(2)},
 	)
 	var head atomic.Int64
 	head.Store(2)
@@ -1216,7 +1217,7 @@ func TestConcurrentReaders(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, 1))
 			for !done.Load() {
-				rev := fsstore.Head
+				rev := core.Head
 				if rng.IntN(2) == 0 {
 					rev = 2 + rng.Int64N(head.Load()-1)
 				}
@@ -1240,15 +1241,15 @@ func TestConcurrentReaders(t *testing.T) {
 		}(uint64(i))
 	}
 	for r := int64(3); r <= int64(revs)+2; r++ {
-		ops := []fsstore.Op{
-			{Kind: fsstore.OpCreate, Path: "a", Data: value(r)},
-			{Kind: fsstore.OpRename, From: fmt.Sprintf("d%d", (r-1)%3), Path: fmt.Sprintf("d%d", r%3)},
-			{Kind: fsstore.OpWrite, Path: fmt.Sprintf("d%d/c", r%3), Offset: 0, Data: value(r)},
-			{Kind: fsstore.OpTruncate, Path: fmt.Sprintf("d%d/c", r%3), Size: int64(len(value(r)))},
-			{Kind: fsstore.OpCreate, Path: "b.tmp", Data: value(r)},
-			{Kind: fsstore.OpRename, From: "b.tmp", Path: "b"},
+		ops := []core.Op{
+			{Kind: core.OpCreate, Path: "a", Data: value(r)},
+			{Kind: core.OpRename, From: fmt.Sprintf("d%d", (r-1)%3), Path: fmt.Sprintf("d%d", r%3)},
+			{Kind: core.OpWrite, Path: fmt.Sprintf("d%d/c", r%3), Offset: 0, Data: value(r)},
+			{Kind: core.OpTruncate, Path: fmt.Sprintf("d%d/c", r%3), Size: int64(len(value(r)))},
+			{Kind: core.OpCreate, Path: "b.tmp", Data: value(r)},
+			{Kind: core.OpRename, From: "b.tmp", Path: "b"},
 		}
-		rev, err := s.Commit(ctx, w.ID, &fsstore.Batch{Ops: ops}, fsstore.CommitInfo{})
+		rev, err := s.Commit(ctx, w.ID, &core.Batch{Ops: ops}, fsstore.CommitInfo{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1279,7 +1280,7 @@ func TestConcurrentReaders(t *testing.T) {
 }
 
 // TestConcurrentPrune checks snapshots whose revision is pruned under them:
-// their reads fail with ErrUnknownRevision, and never return partial trees
+// their reads fail with core.ErrUnknownRevision, and never return partial trees
 // or zeros in place of the bytes.
 func TestConcurrentPrune(t *testing.T) {
 	ctx := context.Background()
@@ -1287,12 +1288,12 @@ func TestConcurrentPrune(t *testing.T) {
 	w, _ := s.CreateWorkspace(ctx, "t", "ws")
 	y := distinctData("prune-y", 41)
 	bbCommit(t, s, w.ID, // 2
-		fsstore.Op{Kind: fsstore.OpMkdir, Path: "d"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "d/y", Data: y},
-		fsstore.Op{Kind: fsstore.OpSymlink, Path: "l", Target: "d/y"},
-		fsstore.Op{Kind: fsstore.OpCreate, Path: "keep", Data: []byte("kept")})
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: "d"}, fsstore.Op{Kind: fsstore.OpDelete, Path: "l"}) // 3
-	bbCommit(t, s, w.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "z", Data: []byte("z")})                                // 4
+		core.Op{Kind: core.OpMkdir, Path: "d"},
+		core.Op{Kind: core.OpCreate, Path: "d/y", Data: y},
+		core.Op{Kind: core.OpSymlink, Path: "l", Target: "d/y"},
+		core.Op{Kind: core.OpCreate, Path: "keep", Data: []byte("kept")})
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpDeleteAll, Path: "d"}, core.Op{Kind: core.OpDelete, Path: "l"}) // 3
+	bbCommit(t, s, w.ID, core.Op{Kind: core.OpCreate, Path: "z", Data: []byte("z")})                          // 4
 	old, err := s.Snapshot(ctx, w.ID, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -1302,12 +1303,12 @@ func TestConcurrentPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst, _ := old.Stat(ctx, "d")
-	head, _ := s.Snapshot(ctx, w.ID, fsstore.Head)
+	head, _ := s.Snapshot(ctx, w.ID, core.Head)
 	fk, err := s.Fork(ctx, w.ID, 2, "fork")
 	if err != nil {
 		t.Fatal(err)
 	}
-	forkSnap, _ := s.Snapshot(ctx, fk.ID, fsstore.Head)
+	forkSnap, _ := s.Snapshot(ctx, fk.ID, core.Head)
 	if _, err := s.Prune(ctx, w.ID, fsstore.Policy{KeepLast: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -1315,7 +1316,7 @@ func TestConcurrentPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3, err := s.Snapshot(ctx, w.ID, 3)
-	if !errors.Is(err, fsstore.ErrUnknownRevision) {
+	if !errors.Is(err, core.ErrUnknownRevision) {
 		t.Errorf("snapshot of pruned revision 3: %v", err)
 	}
 	_ = s3
@@ -1329,15 +1330,15 @@ func TestConcurrentPrune(t *testing.T) {
 		"readlink":   func() error { _, err := old.Readlink(ctx, "l"); return err },
 		"open":       func() error { _, err := old.Open(ctx, "d/y"); return err },
 		"readfile":   func() error { _, err := old.ReadFile(ctx, "d/y"); return err },
-		"walk":       func() error { return old.Walk(ctx, "", func(string, fsstore.Stat) error { return nil }) },
+		"walk":       func() error { return old.Walk(ctx, "", func(string, core.Stat) error { return nil }) },
 		"readat":     func() error { _, err := f.ReadAt(make([]byte, 10), 0); return err },
 		"read":       func() error { _, err := f.Read(make([]byte, 10)); return err },
 		"readall":    func() error { _, err := io.ReadAll(f); return err },
-		"diff":       func() error { _, err := s.Diff(ctx, w.ID, 2, fsstore.Head); return err },
+		"diff":       func() error { _, err := s.Diff(ctx, w.ID, 2, core.Head); return err },
 	}
 	for name, fn := range reads {
-		if err := fn(); !errors.Is(err, fsstore.ErrUnknownRevision) {
-			t.Errorf("%s at a pruned revision: %v, want ErrUnknownRevision", name, err)
+		if err := fn(); !errors.Is(err, core.ErrUnknownRevision) {
+			t.Errorf("%s at a pruned revision: %v, want core.ErrUnknownRevision", name, err)
 		}
 	}
 	// The head, and the fork (which keeps revision 2's rows alive), read on.
@@ -1351,15 +1352,15 @@ func TestConcurrentPrune(t *testing.T) {
 	if err := s.DeleteWorkspace(ctx, fk.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := forkSnap.ReadFile(ctx, "d/y"); !errors.Is(err, fsstore.ErrWorkspaceNotFound) {
-		t.Errorf("snapshot of a deleted workspace: %v, want ErrWorkspaceNotFound", err)
+	if _, err := forkSnap.ReadFile(ctx, "d/y"); !errors.Is(err, core.ErrWorkspaceNotFound) {
+		t.Errorf("snapshot of a deleted workspace: %v, want core.ErrWorkspaceNotFound", err)
 	}
 
 	// Now concurrently: readers on recent revisions while the writer commits,
 	// prunes and collects. Each read is right, or fails as unknown revision.
 	w2, _ := s.CreateWorkspace(ctx, "t", "busy")
 	value := func(r int64) []byte { return bytes.Repeat([]byte(fmt.Sprintf("<%05d>", r)), 1+int(r%4)) }
-	bbCommit(t, s, w2.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "a", Data: value(2)}, fsstore.Op{Kind: fsstore.OpCreate, Path: "b", Data: value(2)})
+	bbCommit(t, s, w2.ID, core.Op{Kind: core.OpCreate, Path: "a", Data: value(2)}, core.Op{Kind: core.OpCreate, Path: "b", Data: value(2)})
 	var headRev atomic.Int64
 	headRev.Store(2)
 	var done atomic.Bool
@@ -1375,7 +1376,7 @@ func TestConcurrentPrune(t *testing.T) {
 				h := headRev.Load()
 				rev := max(2, h-rng.Int64N(15))
 				sn, err := s.Snapshot(ctx, w2.ID, rev)
-				if errors.Is(err, fsstore.ErrUnknownRevision) {
+				if errors.Is(err, core.ErrUnknownRevision) {
 					gone.Add(1)
 					continue
 				} else if err != nil {
@@ -1392,7 +1393,7 @@ func TestConcurrentPrune(t *testing.T) {
 							got, err = sn.ReadFile(ctx, p)
 						}
 					}
-					if errors.Is(err, fsstore.ErrUnknownRevision) {
+					if errors.Is(err, core.ErrUnknownRevision) {
 						gone.Add(1)
 						break
 					} else if err != nil {
@@ -1414,7 +1415,7 @@ func TestConcurrentPrune(t *testing.T) {
 		n = 100
 	}
 	for r := int64(3); r <= n; r++ {
-		bbCommit(t, s, w2.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "a", Data: value(r)}, fsstore.Op{Kind: fsstore.OpCreate, Path: "b", Data: value(r)})
+		bbCommit(t, s, w2.ID, core.Op{Kind: core.OpCreate, Path: "a", Data: value(r)}, core.Op{Kind: core.OpCreate, Path: "b", Data: value(r)})
 		headRev.Store(r)
 		if r%7 == 0 {
 			if _, err := s.Prune(ctx, w2.ID, fsstore.Policy{KeepLast: 3}); err != nil {
@@ -1444,7 +1445,7 @@ func TestDedupAcrossStores(t *testing.T) {
 	wa, _ := a.CreateWorkspace(ctx, "t", "a")
 	wb, _ := b.CreateWorkspace(ctx, "t", "b")
 	data := distinctData("across", 100)
-	bbCommit(t, a, wa.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "f", Data: data})
+	bbCommit(t, a, wa.ID, core.Op{Kind: core.OpCreate, Path: "f", Data: data})
 	// b holds other chunks first, then the same ones, under different ids.
 	if _, err := b.Put(ctx, bytes.NewReader(distinctData("other", 200))); err != nil {
 		t.Fatal(err)
@@ -1452,14 +1453,14 @@ func TestDedupAcrossStores(t *testing.T) {
 	if _, err := b.Put(ctx, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := a.Diff(ctx, wa.ID, 1, fsstore.Head)
+	cs, err := a.Diff(ctx, wa.ID, 1, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Apply(ctx, wb.ID, cs, fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := bbRead(t, b, wb.ID, fsstore.Head, "f"); !bytes.Equal(got, data) {
+	if got := bbRead(t, b, wb.ID, core.Head, "f"); !bytes.Equal(got, data) {
 		t.Errorf("applied in the other store: %q, want %q", got, data)
 	}
 	// Content from a's Put, committed in b, likewise.
@@ -1467,8 +1468,8 @@ func TestDedupAcrossStores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bbCommit(t, b, wb.ID, fsstore.Op{Kind: fsstore.OpCreate, Path: "g", Content: c})
-	if got := bbRead(t, b, wb.ID, fsstore.Head, "g"); !bytes.Equal(got, data) {
+	bbCommit(t, b, wb.ID, core.Op{Kind: core.OpCreate, Path: "g", Content: c})
+	if got := bbRead(t, b, wb.ID, core.Head, "g"); !bytes.Equal(got, data) {
 		t.Errorf("put in one store, committed in the other: %q, want %q", got, data)
 	}
 	bbCheck(t, b)

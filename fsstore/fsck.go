@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+
+	"computerd/core"
 )
 
 // CheckReport lists what Check found wrong; an empty Problems means healthy.
@@ -95,7 +97,7 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 	return rep, nil
 }
 
-func (s *Store) checkTree(ctx context.Context, w Workspace, rev int64, rep *CheckReport, problem func(string, ...any), hashes bool, verified map[int64]bool) error {
+func (s *Store) checkTree(ctx context.Context, w core.Workspace, rev int64, rep *CheckReport, problem func(string, ...any), hashes bool, verified map[int64]bool) error {
 	sn, err := s.Snapshot(ctx, w.ID, rev)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"computerd/core"
 )
 
 // Import gathers a tree from outside (a directory, a tarball, a git work
@@ -17,7 +19,7 @@ type Import struct {
 	s   *Store
 	ws  int64
 	up  *Uploader
-	ops []Op
+	ops []core.Op
 	// Progress, if set, is called after each entry with the running totals.
 	Progress func(files int, bytes int64)
 	files    int
@@ -30,11 +32,11 @@ type Import struct {
 func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import, error) {
 	im := &Import{s: s, ws: ws, up: s.NewUploader()}
 	if replace {
-		im.ops = append(im.ops, Op{Kind: OpDeleteAll, Path: ""})
+		im.ops = append(im.ops, core.Op{Kind: core.OpDeleteAll, Path: ""})
 		return im, nil
 	}
 	var err error
-	if im.head, err = s.Snapshot(ctx, ws, Head); err != nil {
+	if im.head, err = s.Snapshot(ctx, ws, core.Head); err != nil {
 		return nil, err
 	}
 	if es, err := im.head.ReadDir(ctx, ""); err != nil {
@@ -46,18 +48,18 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 }
 
 // existing reports what the tree being added to has at p.
-func (im *Import) existing(ctx context.Context, p string) (st Stat, ok bool) {
+func (im *Import) existing(ctx context.Context, p string) (st core.Stat, ok bool) {
 	if im.head == nil {
-		return Stat{}, false
+		return core.Stat{}, false
 	}
 	st, err := im.head.Stat(ctx, p)
 	return st, err == nil
 }
 
 // clear removes what stands at p unless it is of the kind about to be added.
-func (im *Import) clear(ctx context.Context, p string, keep func(Stat) bool) {
+func (im *Import) clear(ctx context.Context, p string, keep func(core.Stat) bool) {
 	if st, ok := im.existing(ctx, p); ok && !keep(st) {
-		im.ops = append(im.ops, Op{Kind: OpDeleteAll, Path: p})
+		im.ops = append(im.ops, core.Op{Kind: core.OpDeleteAll, Path: p})
 	}
 }
 
@@ -72,12 +74,12 @@ func (im *Import) tick(n int64) {
 // Dir adds a directory (parents must come first; an existing one is kept).
 func (im *Import) Dir(ctx context.Context, p string, mode fs.FileMode, mtime time.Time) {
 	if st, ok := im.existing(ctx, p); ok && st.IsDir() {
-		im.ops = append(im.ops, Op{Kind: OpChmod, Path: p, Mode: mode})
+		im.ops = append(im.ops, core.Op{Kind: core.OpChmod, Path: p, Mode: mode})
 	} else {
-		im.clear(ctx, p, func(Stat) bool { return false })
-		im.ops = append(im.ops, Op{Kind: OpMkdir, Path: p, Mode: mode})
+		im.clear(ctx, p, func(core.Stat) bool { return false })
+		im.ops = append(im.ops, core.Op{Kind: core.OpMkdir, Path: p, Mode: mode})
 	}
-	im.ops = append(im.ops, Op{Kind: OpUtimes, Path: p, Mtime: mtime.UnixNano()})
+	im.ops = append(im.ops, core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime.UnixNano()})
 	im.tick(0)
 }
 
@@ -87,28 +89,28 @@ func (im *Import) File(ctx context.Context, p string, mode fs.FileMode, mtime ti
 	if err != nil {
 		return fmt.Errorf("import %q: %w", p, err)
 	}
-	im.clear(ctx, p, func(st Stat) bool { return st.Mode.IsRegular() })
-	im.ops = append(im.ops, Op{Kind: OpCreate, Path: p, Mode: mode, Content: c, Mtime: mtime.UnixNano()})
+	im.clear(ctx, p, func(st core.Stat) bool { return st.Mode.IsRegular() })
+	im.ops = append(im.ops, core.Op{Kind: core.OpCreate, Path: p, Mode: mode, Content: c, Mtime: mtime.UnixNano()})
 	im.tick(c.Size)
 	return nil
 }
 
 // Symlink adds a symbolic link.
 func (im *Import) Symlink(ctx context.Context, p, target string, mtime time.Time) {
-	im.clear(ctx, p, func(Stat) bool { return false })
-	im.ops = append(im.ops, Op{Kind: OpSymlink, Path: p, Target: target, Mtime: mtime.UnixNano()})
+	im.clear(ctx, p, func(core.Stat) bool { return false })
+	im.ops = append(im.ops, core.Op{Kind: core.OpSymlink, Path: p, Target: target, Mtime: mtime.UnixNano()})
 	im.tick(0)
 }
 
 // Commit writes the remaining chunks and commits everything as one revision.
-func (im *Import) Commit(ctx context.Context, info CommitInfo) (Revision, error) {
+func (im *Import) Commit(ctx context.Context, info CommitInfo) (core.Revision, error) {
 	if err := im.up.Flush(ctx); err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	// Directory times go last: adding entries would otherwise reset them.
-	var ops, dirTimes []Op
+	var ops, dirTimes []core.Op
 	for i, op := range im.ops {
-		if op.Kind == OpUtimes && i > 0 && (im.ops[i-1].Kind == OpMkdir || im.ops[i-1].Kind == OpChmod) {
+		if op.Kind == core.OpUtimes && i > 0 && (im.ops[i-1].Kind == core.OpMkdir || im.ops[i-1].Kind == core.OpChmod) {
 			dirTimes = append(dirTimes, op)
 			continue
 		}
@@ -117,15 +119,15 @@ func (im *Import) Commit(ctx context.Context, info CommitInfo) (Revision, error)
 	for i := len(dirTimes) - 1; i >= 0; i-- {
 		ops = append(ops, dirTimes[i])
 	}
-	return im.s.Commit(ctx, im.ws, &Batch{Ops: ops}, info)
+	return im.s.Commit(ctx, im.ws, &core.Batch{Ops: ops}, info)
 }
 
 // ImportDir imports the local directory dir (without following symlinks)
 // into ws as one revision.
-func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace bool, info CommitInfo, progress func(int, int64)) (Revision, error) {
+func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace bool, info CommitInfo, progress func(int, int64)) (core.Revision, error) {
 	im, err := s.NewImport(ctx, ws, replace)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	im.Progress = progress
 	err = filepath.WalkDir(dir, func(full string, d fs.DirEntry, err error) error {
@@ -165,7 +167,7 @@ func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace boo
 		return nil // sockets, devices and fifos are not workspace content
 	})
 	if err != nil {
-		return Revision{}, fmt.Errorf("import %s: %w", dir, err)
+		return core.Revision{}, fmt.Errorf("import %s: %w", dir, err)
 	}
 	return im.Commit(ctx, info)
 }

@@ -2,83 +2,23 @@ package fsstore
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
+
+	"computerd/core"
 )
-
-// Exec states in the journal.
-const (
-	ExecRunning     = "running"     // started, not ended
-	ExecExited      = "exited"      // the command exited by itself (any status)
-	ExecKilled      = "killed"      // ended by a signal (a kill request, OOM, ...)
-	ExecTimeout     = "timeout"     // killed at its deadline
-	ExecInterrupted = "interrupted" // computerd died while it ran
-	ExecFailed      = "failed"      // could not start, or its result could not be committed
-	ExecPending     = "pending"     // ended; its changes wait to reach the home (executor)
-)
-
-// Exec is the journal record of one command run in a sandbox.
-type Exec struct {
-	ID       string    `json:"id"`
-	Tenant   string    `json:"tenant"`
-	WS       int64     `json:"ws"`
-	WSName   string    `json:"workspace"`
-	Key      string    `json:"key,omitempty"` // idempotency key
-	Argv     []string  `json:"argv"`
-	Cwd      string    `json:"cwd,omitempty"`
-	EnvNames []string  `json:"env_names,omitempty"` // names only: values may be secrets
-	BaseRev  int64     `json:"base_rev"`
-	State    string    `json:"state"`
-	Started  time.Time `json:"started"`
-	Ended    time.Time `json:"ended,omitzero"`
-	// ExitCode is the command's status; with Signal set it is 128+signal.
-	ExitCode    int      `json:"exit_code"`
-	Signal      string   `json:"signal,omitempty"`
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	StdoutBytes int64    `json:"stdout_bytes"`
-	StderrBytes int64    `json:"stderr_bytes"`
-	Rev         int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
-	Conflict    []string `json:"conflict,omitempty"` // paths that changed meanwhile
-	KeptAs      string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
-	Draft       int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
-	Error       string   `json:"error,omitempty"`
-	Executor    string   `json:"executor,omitempty"` // where it ran, when not here
-	// On an executor: the home revision the command started from, and the
-	// state it ended in while its changes wait to reach the home (State is
-	// then pending).
-	HomeBase     int64  `json:"home_base,omitempty"`
-	PendingState string `json:"pending_state,omitempty"`
-}
-
-// Duration is how long the exec ran (until now if it still runs).
-func (e Exec) Duration() time.Duration {
-	if e.Ended.IsZero() {
-		return time.Since(e.Started)
-	}
-	return e.Ended.Sub(e.Started)
-}
-
-// NewExecID returns a fresh exec id.
-func NewExecID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "x" + hex.EncodeToString(b[:])
-}
 
 // BeginExec records a starting exec. If e.Key is set and the tenant's
 // workspace already has an exec with that key, nothing is written and the
 // existing record comes back with started false.
-func (s *Store) BeginExec(ctx context.Context, e Exec) (rec Exec, started bool, err error) {
+func (s *Store) BeginExec(ctx context.Context, e core.Exec) (rec core.Exec, started bool, err error) {
 	if e.ID == "" {
-		e.ID = NewExecID()
+		e.ID = core.NewExecID()
 	}
 	if e.State == "" {
-		e.State = ExecRunning
+		e.State = core.ExecRunning
 	}
 	if e.Started.IsZero() {
 		e.Started = s.Now()
@@ -90,7 +30,7 @@ func (s *Store) BeginExec(ctx context.Context, e Exec) (rec Exec, started bool, 
 				rec = old
 				return nil
 			}
-			if !errors.Is(err, ErrNotFound) {
+			if !errors.Is(err, core.ErrNotFound) {
 				return err
 			}
 		}
@@ -104,11 +44,11 @@ func (s *Store) BeginExec(ctx context.Context, e Exec) (rec Exec, started bool, 
 }
 
 // UpdateExec rewrites an exec's record (state, result, ...).
-func (s *Store) UpdateExec(ctx context.Context, e Exec) error {
+func (s *Store) UpdateExec(ctx context.Context, e core.Exec) error {
 	return s.write(ctx, func() error { return s.putExec(ctx, e, false) })
 }
 
-func (s *Store) putExec(ctx context.Context, e Exec, insert bool) error {
+func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -127,7 +67,7 @@ func (s *Store) putExec(ctx context.Context, e Exec, insert bool) error {
 		return wrapDB("update exec", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("exec %s: %w", e.ID, ErrNotFound)
+		return fmt.Errorf("exec %s: %w", e.ID, core.ErrNotFound)
 	}
 	return nil
 }
@@ -136,26 +76,26 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func (s *Store) execWhere(ctx context.Context, q querier, where string, args ...any) (Exec, error) {
+func (s *Store) execWhere(ctx context.Context, q querier, where string, args ...any) (core.Exec, error) {
 	var body string
 	err := q.QueryRowContext(ctx, `SELECT record FROM execs WHERE `+where, args...).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Exec{}, fmt.Errorf("exec: %w", ErrNotFound)
+		return core.Exec{}, fmt.Errorf("exec: %w", core.ErrNotFound)
 	}
 	if err != nil {
-		return Exec{}, wrapDB("read exec", err)
+		return core.Exec{}, wrapDB("read exec", err)
 	}
-	var e Exec
+	var e core.Exec
 	return e, json.Unmarshal([]byte(body), &e)
 }
 
 // ExecByID returns one exec record.
-func (s *Store) ExecByID(ctx context.Context, id string) (Exec, error) {
+func (s *Store) ExecByID(ctx context.Context, id string) (core.Exec, error) {
 	return s.execWhere(ctx, s.rdb, `id = ?`, id)
 }
 
 // Execs lists a workspace's execs, newest first (limit 0: all).
-func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]Exec, error) {
+func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]core.Exec, error) {
 	if limit <= 0 {
 		limit = -1
 	}
@@ -163,23 +103,23 @@ func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]Exec, error) 
 }
 
 // ExecsInState lists every exec in state (running ones after a crash, pending pushes).
-func (s *Store) ExecsInState(ctx context.Context, state string) ([]Exec, error) {
+func (s *Store) ExecsInState(ctx context.Context, state core.ExecState) ([]core.Exec, error) {
 	return s.execList(ctx, `SELECT record FROM execs WHERE state = ? ORDER BY started_ns`, state)
 }
 
-func (s *Store) execList(ctx context.Context, query string, args ...any) ([]Exec, error) {
+func (s *Store) execList(ctx context.Context, query string, args ...any) ([]core.Exec, error) {
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrapDB("list execs", err)
 	}
 	defer rows.Close()
-	out := []Exec{}
+	out := []core.Exec{}
 	for rows.Next() {
 		var body string
 		if err := rows.Scan(&body); err != nil {
 			return nil, wrapDB("list execs", err)
 		}
-		var e Exec
+		var e core.Exec
 		if err := json.Unmarshal([]byte(body), &e); err != nil {
 			return nil, err
 		}

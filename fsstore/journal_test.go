@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -15,30 +16,30 @@ func TestJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, started, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"make"}, BaseRev: 1})
-	if err != nil || !started || e.ID == "" || e.State != fsstore.ExecRunning {
+	e, started, err := s.BeginExec(ctx, core.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"make"}, BaseRev: 1})
+	if err != nil || !started || e.ID == "" || e.State != core.ExecRunning {
 		t.Fatalf("begin: %+v %v %v", e, started, err)
 	}
-	again, started, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"other"}})
+	again, started, err := s.BeginExec(ctx, core.Exec{Tenant: "t", WS: w.ID, Key: "k1", Argv: []string{"other"}})
 	if err != nil || started || again.ID != e.ID || again.Argv[0] != "make" {
 		t.Fatalf("same key: %+v started=%v %v, want the first record", again, started, err)
 	}
 	// The same key in another tenant or workspace is another exec.
-	if _, started, _ := s.BeginExec(ctx, fsstore.Exec{Tenant: "u", WS: w.ID, Key: "k1"}); !started {
+	if _, started, _ := s.BeginExec(ctx, core.Exec{Tenant: "u", WS: w.ID, Key: "k1"}); !started {
 		t.Fatal("key shared across tenants")
 	}
-	second, _, err := s.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID})
+	second, _, err := s.BeginExec(ctx, core.Exec{Tenant: "t", WS: w.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	running, err := s.ExecsInState(ctx, fsstore.ExecRunning)
+	running, err := s.ExecsInState(ctx, core.ExecRunning)
 	if err != nil || len(running) != 3 {
 		t.Fatalf("running: %d %v", len(running), err)
 	}
 
-	var b fsstore.Batch
+	var b core.Batch
 	b.WriteFile("out.txt", []byte("x"), 0o644)
-	rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: "t", ExecID: e.ID})
+	rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: e.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,27 +49,27 @@ func TestJournal(t *testing.T) {
 	if got, _ := s.ExecRevision(ctx, w.ID, second.ID); got != 0 {
 		t.Fatalf("ExecRevision of an exec that committed nothing = %d", got)
 	}
-	e.State, e.ExitCode, e.Rev = fsstore.ExecExited, 3, rev.Rev
+	e.State, e.ExitCode, e.Rev = core.ExecExited, 3, rev.Rev
 	if err := s.UpdateExec(ctx, e); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.ExecByID(ctx, e.ID)
-	if err != nil || got.State != fsstore.ExecExited || got.ExitCode != 3 || got.Rev != rev.Rev {
+	if err != nil || got.State != core.ExecExited || got.ExitCode != 3 || got.Rev != rev.Rev {
 		t.Fatalf("after update: %+v %v", got, err)
 	}
 	list, err := s.Execs(ctx, w.ID, 0)
 	if err != nil || len(list) != 3 || list[len(list)-1].ID != e.ID {
 		t.Fatalf("Execs: %+v %v", list, err)
 	}
-	if _, err := s.ExecByID(ctx, "nope"); !errors.Is(err, fsstore.ErrNotFound) {
+	if _, err := s.ExecByID(ctx, "nope"); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("missing exec: %v", err)
 	}
-	if err := s.UpdateExec(ctx, fsstore.Exec{ID: "nope"}); !errors.Is(err, fsstore.ErrNotFound) {
+	if err := s.UpdateExec(ctx, core.Exec{ID: "nope"}); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("update of a missing exec: %v", err)
 	}
 }
 
-// Reads after Close fail with ErrClosed, not a raw database error.
+// Reads after Close fail with core.ErrClosed, not a raw database error.
 func TestReadsAfterClose(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
@@ -76,21 +77,21 @@ func TestReadsAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{}); err != nil {
+	if _, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := sn.Stat(ctx, "f"); !errors.Is(err, fsstore.ErrClosed) {
+	if _, err := sn.Stat(ctx, "f"); !errors.Is(err, core.ErrClosed) {
 		t.Fatalf("Stat after Close: %v", err)
 	}
-	if _, err := sn.ReadFile(ctx, "f"); !errors.Is(err, fsstore.ErrClosed) {
+	if _, err := sn.ReadFile(ctx, "f"); !errors.Is(err, core.ErrClosed) {
 		t.Fatalf("ReadFile after Close: %v", err)
 	}
-	if _, err := s.Snapshot(ctx, w.ID, fsstore.Head); !errors.Is(err, fsstore.ErrClosed) {
+	if _, err := s.Snapshot(ctx, w.ID, core.Head); !errors.Is(err, core.ErrClosed) {
 		t.Fatalf("Snapshot after Close: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -214,10 +215,10 @@ func (m *mstate) resolve(p string) (int, error) {
 	for i, c := range parts {
 		k, ok := m.nodes[id].kids[c]
 		if !ok {
-			return 0, fsstore.ErrNotFound
+			return 0, core.ErrNotFound
 		}
 		if i+1 < len(parts) && m.nodes[k].kind != mDir {
-			return 0, fsstore.ErrNotDir
+			return 0, core.ErrNotDir
 		}
 		id = k
 	}
@@ -226,7 +227,7 @@ func (m *mstate) resolve(p string) (int, error) {
 
 func (m *mstate) parentOf(p string) (*mnode, string, error) {
 	if p == "" {
-		return nil, "", fsstore.ErrInvalidArgument
+		return nil, "", core.ErrInvalidArgument
 	}
 	dir, name := splitP(p)
 	id, err := m.resolve(dir)
@@ -234,7 +235,7 @@ func (m *mstate) parentOf(p string) (*mnode, string, error) {
 		return nil, "", err
 	}
 	if m.nodes[id].kind != mDir {
-		return nil, "", fsstore.ErrNotDir
+		return nil, "", core.ErrNotDir
 	}
 	return m.nodes[id], name, nil
 }
@@ -251,41 +252,41 @@ func defPerm(m fs.FileMode, def fs.FileMode) fs.FileMode {
 
 // apply runs one op of a batch with POSIX semantics (symlinks never
 // followed), returning the sentinel error the store must report.
-func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
+func (m *mstate) apply(op core.Op, alloc func() int) error {
 	// Validation the store does before running anything.
 	var ok bool
 	if op.Path, ok = cleanP(op.Path); !ok {
-		return fsstore.ErrInvalidPath
+		return core.ErrInvalidPath
 	}
-	if op.Kind == fsstore.OpRename || op.Kind == fsstore.OpLink {
+	if op.Kind == core.OpRename || op.Kind == core.OpLink {
 		if op.From, ok = cleanP(op.From); !ok {
-			return fsstore.ErrInvalidPath
+			return core.ErrInvalidPath
 		}
 	}
-	if op.Kind == fsstore.OpSymlink && op.Target == "" {
-		return fsstore.ErrInvalidPath
+	if op.Kind == core.OpSymlink && op.Target == "" {
+		return core.ErrInvalidPath
 	}
-	if op.Kind == fsstore.OpWrite && op.Offset < 0 || op.Kind == fsstore.OpTruncate && op.Size < 0 {
-		return fsstore.ErrInvalidArgument
+	if op.Kind == core.OpWrite && op.Offset < 0 || op.Kind == core.OpTruncate && op.Size < 0 {
+		return core.ErrInvalidArgument
 	}
 
 	switch op.Kind {
-	case fsstore.OpMkdir:
+	case core.OpMkdir:
 		if op.Path == "" {
-			return fsstore.ErrExists
+			return core.ErrExists
 		}
 		parent, name, err := m.parentOf(op.Path)
 		if err != nil {
 			return err
 		}
 		if _, ok := parent.kids[name]; ok {
-			return fsstore.ErrExists
+			return core.ErrExists
 		}
 		id := alloc()
 		m.nodes[id] = &mnode{kind: mDir, perm: defPerm(op.Mode, 0o755), kids: map[string]int{}}
 		parent.kids[name] = id
 		touch(parent)
-	case fsstore.OpCreate:
+	case core.OpCreate:
 		parent, name, err := m.parentOf(op.Path)
 		if err != nil {
 			return err
@@ -294,9 +295,9 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 			n := m.nodes[id]
 			switch n.kind {
 			case mDir:
-				return fsstore.ErrIsDir
+				return core.ErrIsDir
 			case mSymlink:
-				return fsstore.ErrExists
+				return core.ErrExists
 			}
 			n.data = bytes.Clone(op.Data)
 			if op.Mode != 0 {
@@ -316,7 +317,7 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 		m.nodes[id] = n
 		parent.kids[name] = id
 		touch(parent)
-	case fsstore.OpWrite, fsstore.OpTruncate:
+	case core.OpWrite, core.OpTruncate:
 		id, err := m.resolve(op.Path)
 		if err != nil {
 			return err
@@ -324,11 +325,11 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 		n := m.nodes[id]
 		switch n.kind {
 		case mDir:
-			return fsstore.ErrIsDir
+			return core.ErrIsDir
 		case mSymlink:
-			return fsstore.ErrInvalidArgument
+			return core.ErrInvalidArgument
 		}
-		if op.Kind == fsstore.OpWrite {
+		if op.Kind == core.OpWrite {
 			if len(op.Data) > 0 {
 				buf := make([]byte, max(int64(len(n.data)), op.Offset+int64(len(op.Data))))
 				copy(buf, n.data)
@@ -341,13 +342,13 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 			n.data = buf
 		}
 		n.mtimeKnown = false
-	case fsstore.OpSymlink:
+	case core.OpSymlink:
 		parent, name, err := m.parentOf(op.Path)
 		if err != nil {
 			return err
 		}
 		if _, ok := parent.kids[name]; ok {
-			return fsstore.ErrExists
+			return core.ErrExists
 		}
 		id := alloc()
 		n := &mnode{kind: mSymlink, perm: 0o777, target: op.Target}
@@ -357,41 +358,41 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 		m.nodes[id] = n
 		parent.kids[name] = id
 		touch(parent)
-	case fsstore.OpLink:
+	case core.OpLink:
 		src, err := m.resolve(op.From)
 		if err != nil {
 			return err
 		}
 		if m.nodes[src].kind == mDir {
-			return fsstore.ErrIsDir
+			return core.ErrIsDir
 		}
 		parent, name, err := m.parentOf(op.Path)
 		if err != nil {
 			return err
 		}
 		if _, ok := parent.kids[name]; ok {
-			return fsstore.ErrExists
+			return core.ErrExists
 		}
 		parent.kids[name] = src
 		touch(parent)
-	case fsstore.OpRename:
+	case core.OpRename:
 		return m.rename(op)
-	case fsstore.OpDelete:
+	case core.OpDelete:
 		parent, name, err := m.parentOf(op.Path)
 		if err != nil {
 			return err
 		}
 		id, ok := parent.kids[name]
 		if !ok {
-			return fsstore.ErrNotFound
+			return core.ErrNotFound
 		}
 		if n := m.nodes[id]; n.kind == mDir && len(n.kids) > 0 {
-			return fsstore.ErrNotEmpty
+			return core.ErrNotEmpty
 		}
 		delete(parent.kids, name)
 		touch(parent)
-	case fsstore.OpDeleteAll:
-		if _, err := m.resolve(op.Path); errors.Is(err, fsstore.ErrNotFound) {
+	case core.OpDeleteAll:
+		if _, err := m.resolve(op.Path); errors.Is(err, core.ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err
@@ -407,18 +408,18 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 		parent, name, _ := m.parentOf(op.Path)
 		delete(parent.kids, name)
 		touch(parent)
-	case fsstore.OpChmod, fsstore.OpChown, fsstore.OpUtimes:
+	case core.OpChmod, core.OpChown, core.OpUtimes:
 		id, err := m.resolve(op.Path)
 		if err != nil {
 			return err
 		}
 		n := m.nodes[id]
 		switch op.Kind {
-		case fsstore.OpChmod:
+		case core.OpChmod:
 			n.perm = op.Mode & permMask
-		case fsstore.OpChown:
+		case core.OpChown:
 			n.uid, n.gid = op.UID, op.GID
-		case fsstore.OpUtimes:
+		case core.OpUtimes:
 			n.mtime, n.mtimeKnown = op.Mtime, true
 		}
 	default:
@@ -429,10 +430,10 @@ func (m *mstate) apply(op fsstore.Op, alloc func() int) error {
 
 // rename has rename(2) semantics, plus RENAME_NOREPLACE and RENAME_EXCHANGE
 // as renameat2(2) defines them.
-func (m *mstate) rename(op fsstore.Op) error {
+func (m *mstate) rename(op core.Op) error {
 	from, to := op.From, op.Path
 	if from == "" || to == "" {
-		return fsstore.ErrInvalidArgument
+		return core.ErrInvalidArgument
 	}
 	sp, sname, err := m.parentOf(from)
 	if err != nil {
@@ -440,7 +441,7 @@ func (m *mstate) rename(op fsstore.Op) error {
 	}
 	sid, ok := sp.kids[sname]
 	if !ok {
-		return fsstore.ErrNotFound
+		return core.ErrNotFound
 	}
 	dp, dname, err := m.parentOf(to)
 	if err != nil {
@@ -448,19 +449,19 @@ func (m *mstate) rename(op fsstore.Op) error {
 	}
 	src := m.nodes[sid]
 	if src.kind == mDir && inSub(to, from) && to != from {
-		return fsstore.ErrInvalidArgument // into itself
+		return core.ErrInvalidArgument // into itself
 	}
 	did, exists := dp.kids[dname]
 	if op.Exchange {
 		if !exists {
-			return fsstore.ErrNotFound
+			return core.ErrNotFound
 		}
 		if from == to {
 			return nil // the same entry: nothing to swap
 		}
 		dst := m.nodes[did]
 		if src.kind == mDir && inSub(to, from) || dst.kind == mDir && inSub(from, to) {
-			return fsstore.ErrInvalidArgument
+			return core.ErrInvalidArgument
 		}
 		sp.kids[sname], dp.kids[dname] = did, sid
 		touch(sp)
@@ -468,7 +469,7 @@ func (m *mstate) rename(op fsstore.Op) error {
 		return nil
 	}
 	if exists && op.NoReplace {
-		return fsstore.ErrExists
+		return core.ErrExists
 	}
 	if from == to || exists && did == sid {
 		return nil // the same file: rename(2) does nothing
@@ -477,11 +478,11 @@ func (m *mstate) rename(op fsstore.Op) error {
 		dst := m.nodes[did]
 		switch {
 		case src.kind == mDir && dst.kind != mDir:
-			return fsstore.ErrNotDir
+			return core.ErrNotDir
 		case src.kind != mDir && dst.kind == mDir:
-			return fsstore.ErrIsDir
+			return core.ErrIsDir
 		case dst.kind == mDir && len(dst.kids) > 0:
-			return fsstore.ErrNotEmpty
+			return core.ErrNotEmpty
 		}
 	}
 	delete(sp.kids, sname)
@@ -652,8 +653,8 @@ func (h *harness) run(revs int) {
 	// Deleting the middle workspace keeps what its fork reads through to.
 	h.logf("delete workspace %s", f.name)
 	h.check(h.s.DeleteWorkspace(h.ctx, f.id), "delete workspace")
-	if _, err := h.s.Snapshot(h.ctx, f.id, fsstore.Head); !errors.Is(err, fsstore.ErrWorkspaceNotFound) {
-		h.fatalf("snapshot of deleted workspace: %v, want ErrWorkspaceNotFound", err)
+	if _, err := h.s.Snapshot(h.ctx, f.id, core.Head); !errors.Is(err, core.ErrWorkspaceNotFound) {
+		h.fatalf("snapshot of deleted workspace: %v, want core.ErrWorkspaceNotFound", err)
 	}
 	h.recheckAll(g)
 
@@ -726,7 +727,7 @@ func (h *harness) step(w *wsT) {
 func (h *harness) batch(w *wsT) {
 	scratch := w.revs[w.head].clone()
 	n := 1 + h.rng.IntN(5)
-	var ops []fsstore.Op
+	var ops []core.Op
 	var want error
 	for range n {
 		op := h.genOp(scratch)
@@ -748,7 +749,7 @@ func (h *harness) batch(w *wsT) {
 	} else {
 		count("batch committed")
 	}
-	rev, err := h.s.Commit(h.ctx, w.id, &fsstore.Batch{Ops: slices.Clone(ops)}, fsstore.CommitInfo{})
+	rev, err := h.s.Commit(h.ctx, w.id, &core.Batch{Ops: slices.Clone(ops)}, fsstore.CommitInfo{})
 	if want != nil {
 		h.logf("%s: batch on head %d, want %v:%s", w.name, w.head, want, sb.String())
 		if err == nil {
@@ -909,14 +910,14 @@ func (h *harness) prune(w *wsT, keep int) {
 	for r := int64(1); r <= w.head; r++ {
 		_, err := h.s.Snapshot(h.ctx, w.id, r)
 		switch {
-		case w.pruned[r] && !errors.Is(err, fsstore.ErrUnknownRevision):
-			h.fatalf("%s: snapshot of pruned revision %d: %v, want ErrUnknownRevision", w.name, r, err)
+		case w.pruned[r] && !errors.Is(err, core.ErrUnknownRevision):
+			h.fatalf("%s: snapshot of pruned revision %d: %v, want core.ErrUnknownRevision", w.name, r, err)
 		case !w.pruned[r] && err != nil:
 			h.fatalf("%s: snapshot of kept revision %d: %v", w.name, r, err)
 		}
 		if w.pruned[r] {
-			if _, err := h.s.Diff(h.ctx, w.id, r, w.head); !errors.Is(err, fsstore.ErrUnknownRevision) {
-				h.fatalf("%s: diff from pruned revision %d: %v, want ErrUnknownRevision", w.name, r, err)
+			if _, err := h.s.Diff(h.ctx, w.id, r, w.head); !errors.Is(err, core.ErrUnknownRevision) {
+				h.fatalf("%s: diff from pruned revision %d: %v, want core.ErrUnknownRevision", w.name, r, err)
 			}
 		}
 	}
@@ -1005,7 +1006,7 @@ func (h *harness) checkDiff(w *wsT, r1, r2 int64) {
 		// As sync carries it: through JSON, without store-internal chunk ids.
 		b, err := json.Marshal(cs)
 		h.check(err, "marshal changeset")
-		cs = &fsstore.Changeset{}
+		cs = &core.Changeset{}
 		h.check(json.Unmarshal(b, cs), "unmarshal changeset")
 	}
 	h.forks++
@@ -1058,12 +1059,12 @@ func sameTimes(got, want map[string]sEntry) []string {
 // Reading and comparing trees.
 
 type sEntry struct {
-	st     fsstore.Stat
+	st     core.Stat
 	data   []byte
 	target string
 }
 
-func kindOf(st fsstore.Stat) mkind {
+func kindOf(st core.Stat) mkind {
 	switch st.Mode.Type() {
 	case fs.ModeDir:
 		return mDir
@@ -1084,7 +1085,7 @@ func (h *harness) readTreeWS(ws, rev int64) map[string]sEntry {
 		h.fatalf("snapshot of %d is at %d", rev, sn.Rev)
 	}
 	tree := map[string]sEntry{}
-	err = sn.Walk(h.ctx, "", func(p string, st fsstore.Stat) error {
+	err = sn.Walk(h.ctx, "", func(p string, st core.Stat) error {
 		if _, dup := tree[p]; dup {
 			return fmt.Errorf("walk visits %q twice", p)
 		}
@@ -1260,7 +1261,7 @@ func (h *harness) checkRev(w *wsT, rev int64, prev map[int]uint64, deep bool) {
 			h.fatalf("%s@%d: ReadAt(%q, %d bytes at %d) = %d %q %v, want %q", w.name, rev, e.path, len(buf), off, n, buf[:n], err, want)
 		}
 	}
-	if _, err := sn.Stat(h.ctx, "zz/missing"); !errors.Is(err, fsstore.ErrNotFound) {
+	if _, err := sn.Stat(h.ctx, "zz/missing"); !errors.Is(err, core.ErrNotFound) {
 		h.fatalf("stat of a missing path: %v", err)
 	}
 }
@@ -1270,10 +1271,10 @@ func (h *harness) checkRev(w *wsT, rev int64, prev map[int]uint64, deep bool) {
 
 var names = []string{"a", "b", "c", "d", "e"}
 
-func opString(op fsstore.Op) string {
+func opString(op core.Op) string {
 	s := fmt.Sprintf("%s %q", op.Kind, op.Path)
 	switch op.Kind {
-	case fsstore.OpRename, fsstore.OpLink:
+	case core.OpRename, core.OpLink:
 		s = fmt.Sprintf("%s %q -> %q", op.Kind, op.From, op.Path)
 		if op.NoReplace {
 			s += " noreplace"
@@ -1281,21 +1282,21 @@ func opString(op fsstore.Op) string {
 		if op.Exchange {
 			s += " exchange"
 		}
-	case fsstore.OpSymlink:
+	case core.OpSymlink:
 		s += fmt.Sprintf(" -> %q", op.Target)
-	case fsstore.OpWrite:
+	case core.OpWrite:
 		s += fmt.Sprintf(" at %d", op.Offset)
-	case fsstore.OpTruncate:
+	case core.OpTruncate:
 		s += fmt.Sprintf(" to %d", op.Size)
-	case fsstore.OpUtimes:
+	case core.OpUtimes:
 		s += fmt.Sprintf(" %d", op.Mtime)
-	case fsstore.OpChown:
+	case core.OpChown:
 		s += fmt.Sprintf(" %d:%d", op.UID, op.GID)
 	}
 	if op.Mode != 0 {
 		s += fmt.Sprintf(" mode %v", op.Mode)
 	}
-	if op.Mtime != 0 && op.Kind != fsstore.OpUtimes {
+	if op.Mtime != 0 && op.Kind != core.OpUtimes {
 		s += fmt.Sprintf(" mtime %d", op.Mtime)
 	}
 	if op.Data != nil {
@@ -1370,7 +1371,7 @@ func (h *harness) mangle(p string) string {
 	}
 }
 
-func (h *harness) genOp(m *mstate) fsstore.Op {
+func (h *harness) genOp(m *mstate) core.Op {
 	op := h.genOp1(m)
 	op.Path = h.mangle(op.Path)
 	if op.From != "" {
@@ -1379,7 +1380,7 @@ func (h *harness) genOp(m *mstate) fsstore.Op {
 	return op
 }
 
-func (h *harness) genOp1(m *mstate) fsstore.Op {
+func (h *harness) genOp1(m *mstate) core.Op {
 	r := h.rng
 	ents := m.entries()
 	var all, files, regs, dirs, subdirs, emptyDirs, shallow, nonEmpty []ment
@@ -1419,7 +1420,7 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 		dir := pick(shallow)
 		for range 4 {
 			p := joinP(dir, names[r.IntN(len(names))])
-			if _, err := m.resolve(p); errors.Is(err, fsstore.ErrNotFound) && r.IntN(25) != 0 {
+			if _, err := m.resolve(p); errors.Is(err, core.ErrNotFound) && r.IntN(25) != 0 {
 				return p
 			}
 		}
@@ -1442,35 +1443,35 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 		// Ops meant to fail (though some may not).
 		switch r.IntN(14) {
 		case 0:
-			return fsstore.Op{Kind: []fsstore.OpKind{fsstore.OpWrite, fsstore.OpTruncate, fsstore.OpChmod, fsstore.OpUtimes, fsstore.OpDelete}[r.IntN(5)],
+			return core.Op{Kind: []core.OpKind{core.OpWrite, core.OpTruncate, core.OpChmod, core.OpUtimes, core.OpDelete}[r.IntN(5)],
 				Path: h.randPath(3) + "x", Data: []byte("x"), Mode: 0o600, Mtime: 1}
 		case 1:
 			d := pick(nonEmpty)
-			return fsstore.Op{Kind: fsstore.OpRename, From: d, Path: joinP(d, h.randPath(2)), Exchange: r.IntN(4) == 0}
+			return core.Op{Kind: core.OpRename, From: d, Path: joinP(d, h.randPath(2)), Exchange: r.IntN(4) == 0}
 		case 2:
-			return fsstore.Op{Kind: fsstore.OpDelete, Path: pick(nonEmpty)}
+			return core.Op{Kind: core.OpDelete, Path: pick(nonEmpty)}
 		case 3:
-			return fsstore.Op{Kind: fsstore.OpLink, From: pick(dirs), Path: newPath()}
+			return core.Op{Kind: core.OpLink, From: pick(dirs), Path: newPath()}
 		case 4:
-			return fsstore.Op{Kind: fsstore.OpCreate, Path: pick(dirs), Data: h.randData()}
+			return core.Op{Kind: core.OpCreate, Path: pick(dirs), Data: h.randData()}
 		case 5:
-			return fsstore.Op{Kind: fsstore.OpMkdir, Path: joinP(pick(regs), "a")}
+			return core.Op{Kind: core.OpMkdir, Path: joinP(pick(regs), "a")}
 		case 6:
-			return fsstore.Op{Kind: []fsstore.OpKind{fsstore.OpWrite, fsstore.OpTruncate}[r.IntN(2)], Path: pick(append(files, dirs...)), Data: []byte("y"), Size: 3}
+			return core.Op{Kind: []core.OpKind{core.OpWrite, core.OpTruncate}[r.IntN(2)], Path: pick(append(files, dirs...)), Data: []byte("y"), Size: 3}
 		case 7:
-			return fsstore.Op{Kind: fsstore.OpCreate, Path: "../" + pick(all), Data: []byte("z")}
+			return core.Op{Kind: core.OpCreate, Path: "../" + pick(all), Data: []byte("z")}
 		case 8:
-			return fsstore.Op{Kind: fsstore.OpSymlink, Path: newPath()}
+			return core.Op{Kind: core.OpSymlink, Path: newPath()}
 		case 9:
-			return fsstore.Op{Kind: fsstore.OpWrite, Path: pick(regs), Offset: -1, Data: []byte("z")}
+			return core.Op{Kind: core.OpWrite, Path: pick(regs), Offset: -1, Data: []byte("z")}
 		case 10:
-			return fsstore.Op{Kind: fsstore.OpMkdir, Path: pick(append(all, ment{path: ""}))}
+			return core.Op{Kind: core.OpMkdir, Path: pick(append(all, ment{path: ""}))}
 		case 11:
-			return fsstore.Op{Kind: fsstore.OpRename, From: pick(all), Path: pick(all), Exchange: r.IntN(3) == 0}
+			return core.Op{Kind: core.OpRename, From: pick(all), Path: pick(all), Exchange: r.IntN(3) == 0}
 		case 12:
-			return fsstore.Op{Kind: []fsstore.OpKind{fsstore.OpDelete, fsstore.OpRename, fsstore.OpLink}[r.IntN(3)], Path: "", From: pick(all)}
+			return core.Op{Kind: []core.OpKind{core.OpDelete, core.OpRename, core.OpLink}[r.IntN(3)], Path: "", From: pick(all)}
 		default:
-			return fsstore.Op{Kind: fsstore.OpRename, From: h.randPath(3), Path: newPath(), NoReplace: r.IntN(2) == 0}
+			return core.Op{Kind: core.OpRename, From: h.randPath(3), Path: newPath(), NoReplace: r.IntN(2) == 0}
 		}
 	}
 
@@ -1479,22 +1480,22 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 	w := r.IntN(100)
 	if big && w < 50 {
 		if r.IntN(3) == 0 {
-			return fsstore.Op{Kind: fsstore.OpDeleteAll, Path: pick(all)}
+			return core.Op{Kind: core.OpDeleteAll, Path: pick(all)}
 		}
-		return fsstore.Op{Kind: fsstore.OpDelete, Path: pick(files)}
+		return core.Op{Kind: core.OpDelete, Path: pick(files)}
 	}
 	if len(regs) == 0 && w >= 27 && w < 45 || len(files) == 0 && w >= 51 && w < 57 {
 		w = 12 // nothing to write to or link: create a file instead
 	}
 	switch {
 	case w < 12:
-		return fsstore.Op{Kind: fsstore.OpMkdir, Path: newPath(), Mode: mode()}
+		return core.Op{Kind: core.OpMkdir, Path: newPath(), Mode: mode()}
 	case w < 27:
 		p := newPath()
 		if r.IntN(3) == 0 && len(regs) > 0 {
 			p = pick(regs)
 		}
-		return fsstore.Op{Kind: fsstore.OpCreate, Path: p, Data: h.randData(), Mode: mode(), Mtime: mtime()}
+		return core.Op{Kind: core.OpCreate, Path: p, Data: h.randData(), Mode: mode(), Mtime: mtime()}
 	case w < 38:
 		p := pick(regs)
 		size := 0
@@ -1505,25 +1506,25 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 		if len(data) > 40 {
 			data = data[:40]
 		}
-		return fsstore.Op{Kind: fsstore.OpWrite, Path: p, Offset: int64(r.IntN(size + 40)), Data: data}
+		return core.Op{Kind: core.OpWrite, Path: p, Offset: int64(r.IntN(size + 40)), Data: data}
 	case w < 45:
 		p := pick(regs)
 		size := 0
 		if id, err := m.resolve(p); err == nil {
 			size = len(m.nodes[id].data)
 		}
-		return fsstore.Op{Kind: fsstore.OpTruncate, Path: p, Size: int64(r.IntN(size + 40))}
+		return core.Op{Kind: core.OpTruncate, Path: p, Size: int64(r.IntN(size + 40))}
 	case w < 51:
 		targets := []string{"a", "../b", "/etc/passwd", "c/d/e", "a very long target name spanning more than sixteen bytes"}
-		return fsstore.Op{Kind: fsstore.OpSymlink, Path: newPath(), Target: targets[r.IntN(len(targets))], Mtime: mtime()}
+		return core.Op{Kind: core.OpSymlink, Path: newPath(), Target: targets[r.IntN(len(targets))], Mtime: mtime()}
 	case w < 57:
-		return fsstore.Op{Kind: fsstore.OpLink, From: pick(files), Path: newPath()}
+		return core.Op{Kind: core.OpLink, From: pick(files), Path: newPath()}
 	case w < 70:
 		if len(all) == 0 {
-			return fsstore.Op{Kind: fsstore.OpMkdir, Path: newPath(), Mode: mode()}
+			return core.Op{Kind: core.OpMkdir, Path: newPath(), Mode: mode()}
 		}
 		src := all[r.IntN(len(all))]
-		op := fsstore.Op{Kind: fsstore.OpRename, From: src.path, Path: newPath()}
+		op := core.Op{Kind: core.OpRename, From: src.path, Path: newPath()}
 		// A target that makes sense: unrelated, and for a plain rename over
 		// an existing entry, of the same kind (an empty directory for one).
 		var over []ment
@@ -1559,11 +1560,11 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 	case w < 77:
 		switch {
 		case r.IntN(3) == 0 && len(emptyDirs) > 0:
-			return fsstore.Op{Kind: fsstore.OpDelete, Path: pick(emptyDirs)}
+			return core.Op{Kind: core.OpDelete, Path: pick(emptyDirs)}
 		case r.IntN(8) == 0:
-			return fsstore.Op{Kind: fsstore.OpDelete, Path: pick(subdirs)}
+			return core.Op{Kind: core.OpDelete, Path: pick(subdirs)}
 		}
-		return fsstore.Op{Kind: fsstore.OpDelete, Path: pick(files)}
+		return core.Op{Kind: core.OpDelete, Path: pick(files)}
 	case w < 81:
 		p := pick(all)
 		if r.IntN(10) == 0 {
@@ -1571,12 +1572,12 @@ func (h *harness) genOp1(m *mstate) fsstore.Op {
 		} else if r.IntN(6) == 0 {
 			p = h.randPath(3)
 		}
-		return fsstore.Op{Kind: fsstore.OpDeleteAll, Path: p}
+		return core.Op{Kind: core.OpDeleteAll, Path: p}
 	case w < 87:
-		return fsstore.Op{Kind: fsstore.OpChmod, Path: pick(append(regs, dirs...)), Mode: h.randMode()}
+		return core.Op{Kind: core.OpChmod, Path: pick(append(regs, dirs...)), Mode: h.randMode()}
 	case w < 90:
-		return fsstore.Op{Kind: fsstore.OpChown, Path: pick(append(all, ment{path: ""})), UID: uint32(r.IntN(3)), GID: uint32(r.IntN(3))}
+		return core.Op{Kind: core.OpChown, Path: pick(append(all, ment{path: ""})), UID: uint32(r.IntN(3)), GID: uint32(r.IntN(3))}
 	default:
-		return fsstore.Op{Kind: fsstore.OpUtimes, Path: pick(append(all, ment{path: ""})), Mtime: h.randTime()}
+		return core.Op{Kind: core.OpUtimes, Path: pick(append(all, ment{path: ""})), Mtime: h.randTime()}
 	}
 }

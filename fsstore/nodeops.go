@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"syscall"
+
+	"computerd/core"
 )
 
 // Mutations addressed by inode. A FUSE mount knows the kernel's inode
@@ -14,7 +16,7 @@ import (
 
 // NodeOp is one mutation addressed by inode numbers instead of paths.
 type NodeOp struct {
-	Kind OpKind
+	Kind core.OpKind
 	// Dir and Name name the entry that mkdir, create, symlink and link make,
 	// that delete removes, and that rename moves to.
 	Dir  uint64
@@ -34,7 +36,7 @@ type NodeOp struct {
 	Size   int64 // truncate
 	Target string
 	// Content is chunk-aligned content for write (slots replaced whole).
-	Content *Content
+	Content *core.Content
 	// Holes lists chunk indexes that write turns into holes (zeros).
 	Holes     []int64
 	NoReplace bool
@@ -46,7 +48,7 @@ type NodeOp struct {
 // returns the first; the numbers are [first, first+n).
 func (s *Store) ReserveInos(ctx context.Context, n int) (uint64, error) {
 	if n <= 0 {
-		return 0, fmt.Errorf("reserve %d inodes: %w", n, ErrInvalidArgument)
+		return 0, fmt.Errorf("reserve %d inodes: %w", n, core.ErrInvalidArgument)
 	}
 	var end uint64
 	err := s.write(ctx, func() error {
@@ -64,19 +66,19 @@ func (s *Store) ReserveInos(ctx context.Context, n int) (uint64, error) {
 // op fails the store is unchanged. With info.Base set and the head moved
 // past it, the commit fails with a *ConflictError if the paths the ops
 // touched (as resolved) changed since Base.
-func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info CommitInfo) (Revision, error) {
+func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info CommitInfo) (core.Revision, error) {
 	if len(ops) == 0 {
-		return Revision{}, fmt.Errorf("commit: no changes: %w", ErrInvalidArgument)
+		return core.Revision{}, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
 	for _, op := range ops {
 		if err := op.check(); err != nil {
-			return Revision{}, err
+			return core.Revision{}, err
 		}
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return Revision{}, ErrClosed
+		return core.Revision{}, core.ErrClosed
 	}
 	var t *wtx
 	err := s.inTx(ctx, func() error {
@@ -84,13 +86,13 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 		if t, err = s.begin(ctx, ws); err != nil {
 			return err
 		}
-		touched := make([]Op, 0, len(ops))
+		touched := make([]core.Op, 0, len(ops))
 		for _, op := range ops {
 			o, err := t.applyNode(op)
 			if err != nil {
 				return err
 			}
-			if o.Path != "" || o.Kind == OpChmod || o.Kind == OpChown || o.Kind == OpUtimes {
+			if o.Path != "" || o.Kind == core.OpChmod || o.Kind == core.OpChown || o.Kind == core.OpUtimes {
 				touched = append(touched, o)
 			}
 		}
@@ -105,43 +107,43 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 		return t.finish(info)
 	})
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	return t.revision(info), nil
 }
 
 func (op NodeOp) check() error {
 	bad := func(what string) error {
-		return pathErr(string(op.Kind), op.Name, fmt.Errorf("%s: %w", what, ErrInvalidArgument))
+		return pathErr(string(op.Kind), op.Name, fmt.Errorf("%s: %w", what, core.ErrInvalidArgument))
 	}
 	switch op.Kind {
-	case OpMkdir, OpCreate, OpSymlink, OpLink, OpDelete, OpRename:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink, core.OpDelete, core.OpRename:
 		if !validName(op.Name) || op.Name == "." || op.Name == ".." {
-			return pathErr(string(op.Kind), op.Name, ErrInvalidPath)
+			return pathErr(string(op.Kind), op.Name, core.ErrInvalidPath)
 		}
-	case OpWrite, OpTruncate, OpChmod, OpChown, OpUtimes:
+	case core.OpWrite, core.OpTruncate, core.OpChmod, core.OpChown, core.OpUtimes:
 	default:
 		return bad("unknown op")
 	}
 	switch op.Kind {
-	case OpRename:
+	case core.OpRename:
 		if !validName(op.FromName) || op.FromName == "." || op.FromName == ".." {
-			return pathErr("rename", op.FromName, ErrInvalidPath)
+			return pathErr("rename", op.FromName, core.ErrInvalidPath)
 		}
-	case OpSymlink:
-		if op.Target == "" || len(op.Target) > MaxPathLen || containsNUL(op.Target) {
-			return pathErr("symlink", op.Name, ErrInvalidPath)
+	case core.OpSymlink:
+		if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
+			return pathErr("symlink", op.Name, core.ErrInvalidPath)
 		}
-	case OpTruncate:
-		if op.Size < 0 || op.Size > MaxFileSize {
+	case core.OpTruncate:
+		if op.Size < 0 || op.Size > core.MaxFileSize {
 			return bad("size")
 		}
-	case OpWrite:
-		if op.Content == nil || op.Content.Size < 0 || op.Content.Size > MaxFileSize {
+	case core.OpWrite:
+		if op.Content == nil || op.Content.Size < 0 || op.Content.Size > core.MaxFileSize {
 			return bad("content")
 		}
 		for _, idx := range op.Holes {
-			if idx < 0 || idx > MaxFileSize {
+			if idx < 0 || idx > core.MaxFileSize {
 				return bad("hole")
 			}
 		}
@@ -151,10 +153,10 @@ func (op NodeOp) check() error {
 
 // applyNode runs one NodeOp and returns it as the path-addressed Op it
 // amounted to (Path empty when the inode has no known name).
-func (t *wtx) applyNode(op NodeOp) (Op, error) {
-	o := Op{Kind: op.Kind, Mode: op.Mode, UID: op.UID, GID: op.GID, Mtime: op.Mtime, Size: op.Size,
+func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
+	o := core.Op{Kind: op.Kind, Mode: op.Mode, UID: op.UID, GID: op.GID, Mtime: op.Mtime, Size: op.Size,
 		Target: op.Target, NoReplace: op.NoReplace, Exchange: op.Exchange}
-	fail := func(err error) (Op, error) {
+	fail := func(err error) (core.Op, error) {
 		p := o.Path
 		if p == "" {
 			p = op.Name
@@ -163,13 +165,13 @@ func (t *wtx) applyNode(op NodeOp) (Op, error) {
 	}
 	var err error
 	switch op.Kind {
-	case OpMkdir, OpCreate, OpSymlink, OpDelete, OpRename, OpLink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpDelete, core.OpRename, core.OpLink:
 		if o.Path, err = t.entryPath(op.Dir, op.Name); err != nil {
 			return fail(err)
 		}
 	}
 	switch op.Kind {
-	case OpMkdir, OpCreate, OpSymlink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink:
 		if op.Ino == 0 {
 			return o, t.apply(o)
 		}
@@ -184,11 +186,11 @@ func (t *wtx) applyNode(op NodeOp) (Op, error) {
 			return o, opError(o, err)
 		}
 		if !used {
-			return fail(fmt.Errorf("inode %d not created: %w", op.Ino, ErrExists))
+			return fail(fmt.Errorf("inode %d not created: %w", op.Ino, core.ErrExists))
 		}
 		return o, nil
-	case OpDelete, OpRename:
-		if op.Kind == OpRename {
+	case core.OpDelete, core.OpRename:
+		if op.Kind == core.OpRename {
 			if o.From, err = t.entryPath(op.FromDir, op.FromName); err != nil {
 				return fail(err)
 			}
@@ -197,13 +199,13 @@ func (t *wtx) applyNode(op NodeOp) (Op, error) {
 			return o, opError(o, err)
 		}
 		return o, nil
-	case OpLink:
+	case core.OpLink:
 		src, err := t.inode(op.Ino)
 		if err != nil {
 			return fail(err)
 		}
 		if src.isDir() {
-			return fail(ErrIsDir)
+			return fail(core.ErrIsDir)
 		}
 		o.From, _ = t.inodePath(src)
 		dir, err := t.inode(op.Dir)
@@ -225,14 +227,14 @@ func (t *wtx) applyNode(op NodeOp) (Op, error) {
 	}
 	o.Path, _ = t.inodePath(in)
 	switch op.Kind {
-	case OpWrite, OpTruncate:
+	case core.OpWrite, core.OpTruncate:
 		if in.isDir() {
-			return fail(ErrIsDir)
+			return fail(core.ErrIsDir)
 		}
 		if !in.isReg() {
-			return fail(ErrInvalidArgument)
+			return fail(core.ErrInvalidArgument)
 		}
-		if op.Kind == OpTruncate {
+		if op.Kind == core.OpTruncate {
 			err = t.truncate(in, op.Size)
 		} else {
 			err = t.writeContent(in, op.Content)
@@ -249,11 +251,11 @@ func (t *wtx) applyNode(op NodeOp) (Op, error) {
 			return fail(err)
 		}
 		in.mtime = t.now
-	case OpChmod:
+	case core.OpChmod:
 		in.mode = in.mode&syscall.S_IFMT | unixPerm(op.Mode)
-	case OpChown:
+	case core.OpChown:
 		in.uid, in.gid = op.UID, op.GID
-	case OpUtimes:
+	case core.OpUtimes:
 		in.mtime = op.Mtime
 		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
 	}
@@ -278,18 +280,18 @@ func (t *wtx) entryPath(dir uint64, name string) (string, error) {
 func (t *wtx) dirPathOf(ino uint64) (string, error) {
 	var names []string
 	for depth := 0; ino != t.v.root; depth++ {
-		if depth > MaxPathLen {
-			return "", fmt.Errorf("directory %d: parent loop: %w", ino, ErrInvalidArgument)
+		if depth > core.MaxPathLen {
+			return "", fmt.Errorf("directory %d: parent loop: %w", ino, core.ErrInvalidArgument)
 		}
 		in, err := t.inode(ino)
 		if err != nil {
 			return "", fmt.Errorf("directory %d: %w", ino, err)
 		}
 		if !in.isDir() {
-			return "", ErrNotDir
+			return "", core.ErrNotDir
 		}
 		if in.parent == 0 {
-			return "", fmt.Errorf("directory %d: %w", ino, ErrNotFound)
+			return "", fmt.Errorf("directory %d: %w", ino, core.ErrNotFound)
 		}
 		names = append(names, in.name)
 		ino = in.parent
@@ -317,7 +319,7 @@ func (t *wtx) inodePath(in *inode) (string, bool) {
 
 // ReadDirStat lists directory inode ino, sorted by name, with each entry's
 // metadata (Path is empty), in one query where the tree has one layer.
-func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]Stat, error) {
+func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]core.Stat, error) {
 	v, err := sn.view(ctx)
 	if err != nil {
 		return nil, err
@@ -326,7 +328,7 @@ func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]Stat, error)
 	if err != nil {
 		return nil, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
 	}
-	out := make([]Stat, len(es))
+	out := make([]core.Stat, len(es))
 	for i, e := range es {
 		out[i] = ins[i].stat(e.name, "")
 	}

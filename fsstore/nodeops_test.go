@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -24,7 +25,7 @@ func TestCommitNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An ordinary commit never takes a reserved number.
-	rev, err := s.Commit(ctx, w.ID, new(fsstore.Batch).WriteFile("plain", []byte("p"), 0), fsstore.CommitInfo{})
+	rev, err := s.Commit(ctx, w.ID, new(core.Batch).WriteFile("plain", []byte("p"), 0), fsstore.CommitInfo{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,20 +40,20 @@ func TestCommitNodes(t *testing.T) {
 	}
 	mt := time.Unix(1234567890, 42).UnixNano()
 	ops := []fsstore.NodeOp{
-		{Kind: fsstore.OpMkdir, Dir: root, Name: "a", Ino: dirA, Mode: 0o750},
-		{Kind: fsstore.OpMkdir, Dir: dirA, Name: "b", Ino: dirB},
-		{Kind: fsstore.OpCreate, Dir: dirB, Name: "f", Ino: file},
+		{Kind: core.OpMkdir, Dir: root, Name: "a", Ino: dirA, Mode: 0o750},
+		{Kind: core.OpMkdir, Dir: dirA, Name: "b", Ino: dirB},
+		{Kind: core.OpCreate, Dir: dirB, Name: "f", Ino: file},
 		// Renaming a directory: later ops name entries by directory inode,
 		// so they follow it.
-		{Kind: fsstore.OpRename, FromDir: root, FromName: "a", Dir: root, Name: "z"},
-		{Kind: fsstore.OpLink, Dir: dirA, Name: "hard", Ino: file},
-		{Kind: fsstore.OpWrite, Ino: file, Content: content, Holes: []int64{1}},
-		{Kind: fsstore.OpTruncate, Ino: file, Size: 50},
-		{Kind: fsstore.OpChmod, Ino: file, Mode: 0o600},
-		{Kind: fsstore.OpChown, Ino: file, UID: 7, GID: 8},
-		{Kind: fsstore.OpUtimes, Ino: file, Mtime: mt},
+		{Kind: core.OpRename, FromDir: root, FromName: "a", Dir: root, Name: "z"},
+		{Kind: core.OpLink, Dir: dirA, Name: "hard", Ino: file},
+		{Kind: core.OpWrite, Ino: file, Content: content, Holes: []int64{1}},
+		{Kind: core.OpTruncate, Ino: file, Size: 50},
+		{Kind: core.OpChmod, Ino: file, Mode: 0o600},
+		{Kind: core.OpChown, Ino: file, UID: 7, GID: 8},
+		{Kind: core.OpUtimes, Ino: file, Mtime: mt},
 	}
-	rev, err = s.CommitNodes(ctx, w.ID, ops, fsstore.CommitInfo{Source: fsstore.SourceMount})
+	rev, err = s.CommitNodes(ctx, w.ID, ops, fsstore.CommitInfo{Source: core.SourceMount})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,25 +88,25 @@ func TestCommitNodes(t *testing.T) {
 	// A failing op changes nothing.
 	before := rev.Rev
 	_, err = s.CommitNodes(ctx, w.ID, []fsstore.NodeOp{
-		{Kind: fsstore.OpDelete, Dir: dirA, Name: "hard"},
-		{Kind: fsstore.OpDelete, Dir: dirA, Name: "missing"},
+		{Kind: core.OpDelete, Dir: dirA, Name: "hard"},
+		{Kind: core.OpDelete, Dir: dirA, Name: "missing"},
 	}, fsstore.CommitInfo{})
-	if !errors.Is(err, fsstore.ErrNotFound) {
+	if !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("delete missing: %v", err)
 	}
 	if w2, _ := s.WorkspaceByID(ctx, w.ID); w2.Head != before {
 		t.Fatal("failed commit moved the head")
 	}
 	// Conflicts by path against Base.
-	if _, err := s.Commit(ctx, w.ID, new(fsstore.Batch).WriteFile("z/b/f", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := s.Commit(ctx, w.ID, new(core.Batch).WriteFile("z/b/f", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.CommitNodes(ctx, w.ID, []fsstore.NodeOp{{Kind: fsstore.OpTruncate, Ino: file, Size: 1}}, fsstore.CommitInfo{Base: before})
-	var ce *fsstore.ConflictError
+	_, err = s.CommitNodes(ctx, w.ID, []fsstore.NodeOp{{Kind: core.OpTruncate, Ino: file, Size: 1}}, fsstore.CommitInfo{Base: before})
+	var ce *core.ConflictError
 	if !errors.As(err, &ce) || len(ce.Paths) != 1 || ce.Paths[0] != "z/b/f" {
 		t.Fatalf("conflict: %v", err)
 	}
-	if _, err := s.CommitNodes(ctx, w.ID, []fsstore.NodeOp{{Kind: fsstore.OpCreate, Dir: root, Name: "other", Ino: first + 3}}, fsstore.CommitInfo{Base: before}); err != nil {
+	if _, err := s.CommitNodes(ctx, w.ID, []fsstore.NodeOp{{Kind: core.OpCreate, Dir: root, Name: "other", Ino: first + 3}}, fsstore.CommitInfo{Base: before}); err != nil {
 		t.Fatalf("unrelated change after base: %v", err)
 	}
 }
@@ -114,7 +115,7 @@ func TestDrafts(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
 	w, _ := s.CreateWorkspace(ctx, "t", "w")
-	s.Commit(ctx, w.ID, new(fsstore.Batch).WriteFile("a", []byte("a"), 0), fsstore.CommitInfo{})
+	s.Commit(ctx, w.ID, new(core.Batch).WriteFile("a", []byte("a"), 0), fsstore.CommitInfo{})
 	d, err := s.CreateDraft(ctx, w.ID, 0, "exec-1")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestDrafts(t *testing.T) {
 	if d.Origin != w.ID || d.OriginRev != 2 || d.Tenant != "t" || d.Label != "exec-1" {
 		t.Fatalf("draft %+v", d)
 	}
-	if _, err := s.CreateDraft(ctx, w.ID, 0, "exec-1"); !errors.Is(err, fsstore.ErrWorkspaceExists) {
+	if _, err := s.CreateDraft(ctx, w.ID, 0, "exec-1"); !errors.Is(err, core.ErrWorkspaceExists) {
 		t.Fatalf("duplicate label: %v", err)
 	}
 	if ws, _ := s.Workspaces(ctx, "t"); len(ws) != 1 {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"syscall"
 	"time"
+
+	"computerd/core"
 )
 
 // wsInfo is the immutable part of a workspace row.
@@ -121,8 +123,8 @@ func unixPerm(fm fs.FileMode) uint32 {
 	return m
 }
 
-func (in *inode) stat(name, p string) Stat {
-	return Stat{Path: p, Name: name, Ino: in.ino, Mode: fileMode(in.mode), UID: in.uid, GID: in.gid,
+func (in *inode) stat(name, p string) core.Stat {
+	return core.Stat{Path: p, Name: name, Ino: in.ino, Mode: fileMode(in.mode), UID: in.uid, GID: in.gid,
 		Nlink: in.nlink, Size: in.size, Mtime: time.Unix(0, in.mtime), Ctime: time.Unix(0, in.ctime), Target: in.target}
 }
 
@@ -140,7 +142,7 @@ func (s *Store) workspaceInfo(ctx context.Context, db interface {
 	err := db.QueryRowContext(ctx, `SELECT tenant, name, root_ino, base_ws, base_rev, created_ns FROM workspaces WHERE id = ?`, id).
 		Scan(&w.tenant, &w.name, &w.root, &baseWS, &baseRev, &w.created)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrWorkspaceNotFound
+		return nil, core.ErrWorkspaceNotFound
 	} else if err != nil {
 		return nil, fmt.Errorf("load workspace %d: %w", id, err)
 	}
@@ -178,11 +180,11 @@ func (v *view) lookup(parent uint64, name string) (ino uint64, kind int, err err
 			return 0, 0, fmt.Errorf("lookup: %w", err)
 		}
 		if death <= l.rev || ino == 0 {
-			return 0, 0, ErrNotFound
+			return 0, 0, core.ErrNotFound
 		}
 		return ino, kind, nil
 	}
-	return 0, 0, ErrNotFound
+	return 0, 0, core.ErrNotFound
 }
 
 // inode loads the version of ino visible in the view.
@@ -198,16 +200,16 @@ func (v *view) inode(ino uint64) (*inode, error) {
 			return nil, fmt.Errorf("inode %d: %w", ino, err)
 		}
 		if in.death <= l.rev || in.nlink == 0 { // nlink 0: dropped in a fork (see dropInode)
-			return nil, ErrNotFound
+			return nil, core.ErrNotFound
 		}
 		in.target, in.name = string(target), string(name)
 		return in, nil
 	}
-	return nil, ErrNotFound
+	return nil, core.ErrNotFound
 }
 
 // resolve walks a clean path from the root. Symlinks are never followed: a
-// symlink in the middle of a path is ErrNotDir.
+// symlink in the middle of a path is core.ErrNotDir.
 func (v *view) resolve(p string) (*inode, error) {
 	ino := v.root
 	parts := splitPath(p)
@@ -217,7 +219,7 @@ func (v *view) resolve(p string) (*inode, error) {
 			return nil, err
 		}
 		if i+1 < len(parts) && kindType(kind) != fs.ModeDir {
-			return nil, ErrNotDir
+			return nil, core.ErrNotDir
 		}
 		ino = next
 	}
@@ -231,7 +233,7 @@ func (v *view) resolveDir(p string) (*inode, error) {
 		return nil, err
 	}
 	if !in.isDir() {
-		return nil, ErrNotDir
+		return nil, core.ErrNotDir
 	}
 	return in, nil
 }

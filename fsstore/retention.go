@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"computerd/core"
 )
 
 // Policy says which revisions Prune keeps. The head is always kept, and so is
@@ -63,7 +65,7 @@ func (s *Store) collect(ctx context.Context, fn func() error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return core.ErrClosed
 	}
 	s.pruned.Add(1)
 	defer s.pruned.Add(1)
@@ -222,7 +224,7 @@ func (s *Store) GC(ctx context.Context) (PruneStats, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return st, ErrClosed
+		return st, core.ErrClosed
 	}
 	// Outside a transaction: hand freed pages back to the file system.
 	_, err = s.wconn.ExecContext(ctx, `PRAGMA incremental_vacuum`)

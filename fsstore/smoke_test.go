@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -15,7 +16,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &fsstore.Batch{}
+	b := &core.Batch{}
 	b.Mkdir("a", 0o755).WriteFile("a/x", []byte("hello world, this is longer than sixteen bytes"), 0o644)
 	r, err := s.Commit(ctx, w.ID, b, fsstore.CommitInfo{})
 	if err != nil {
@@ -29,7 +30,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil || string(got) != "hello world, this is longer than sixteen bytes" {
 		t.Fatalf("read %q %v", got, err)
 	}
-	r2, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpRename, From: "a", Path: "b"}), fsstore.CommitInfo{})
+	r2, err := s.Commit(ctx, w.ID, (&core.Batch{}).Add(core.Op{Kind: core.OpRename, From: "a", Path: "b"}), fsstore.CommitInfo{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,17 +45,17 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sn, _ = s.Snapshot(ctx, f.ID, fsstore.Head)
+	sn, _ = s.Snapshot(ctx, f.ID, core.Head)
 	if _, err := sn.Stat(ctx, "a/x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit(ctx, f.ID, (&fsstore.Batch{}).Add(fsstore.Op{Kind: fsstore.OpDelete, Path: "a"}), fsstore.CommitInfo{}); !errors.Is(err, fsstore.ErrNotEmpty) {
+	if _, err := s.Commit(ctx, f.ID, (&core.Batch{}).Add(core.Op{Kind: core.OpDelete, Path: "a"}), fsstore.CommitInfo{}); !errors.Is(err, core.ErrNotEmpty) {
 		t.Fatal(err)
 	}
 }
 
 // TestRevisionInfo checks that one revision is described as Log does it,
-// and that a revision never made is ErrUnknownRevision.
+// and that a revision never made is core.ErrUnknownRevision.
 func TestRevisionInfo(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
@@ -62,7 +63,7 @@ func TestRevisionInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Commit(ctx, w.ID, (&fsstore.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{Source: fsstore.SourceExec, ExecID: "e1", Message: "m"})
+	r, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("f", []byte("x"), 0o644), fsstore.CommitInfo{Source: core.SourceExec, ExecID: "e1", Message: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestRevisionInfo(t *testing.T) {
 	if rev, err := s.ExecRevision(ctx, w.ID, "e1"); err != nil || rev != r.Rev {
 		t.Fatalf("ExecRevision: %d %v", rev, err)
 	}
-	if _, err := s.RevisionInfo(ctx, w.ID, r.Rev+5); !errors.Is(err, fsstore.ErrUnknownRevision) {
+	if _, err := s.RevisionInfo(ctx, w.ID, r.Rev+5); !errors.Is(err, core.ErrUnknownRevision) {
 		t.Fatalf("missing revision: %v", err)
 	}
 }

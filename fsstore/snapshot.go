@@ -7,31 +7,33 @@ import (
 	"io"
 	"io/fs"
 	"sync/atomic"
+
+	"computerd/core"
 )
 
 // Snapshot reads one workspace at one revision. Revisions are immutable, so
 // a snapshot needs no transaction and stays valid while writers commit; it
-// fails with ErrUnknownRevision only if its revision is pruned meanwhile.
+// fails with core.ErrUnknownRevision only if its revision is pruned meanwhile.
 type Snapshot struct {
 	s   *Store
 	ws  *wsInfo
 	Rev int64
 	// Workspace is the workspace as it was when the snapshot was taken.
-	Workspace Workspace
+	Workspace core.Workspace
 	gen       atomic.Int64 // a Store.pruned value (even: no prune running) at which the revision existed
 }
 
 // Snapshot opens workspace ws at revision rev (Head for the newest).
 func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, error) {
 	if s.shut.Load() {
-		return nil, ErrClosed
+		return nil, core.ErrClosed
 	}
 	gen := s.pruned.Load()
 	w, err := s.WorkspaceByID(ctx, ws)
 	if err != nil {
 		return nil, err
 	}
-	if rev == Head {
+	if rev == core.Head {
 		rev = w.Head
 	} else if err := s.checkRev(ctx, s.rdb, w, rev); err != nil {
 		return nil, err
@@ -50,11 +52,11 @@ func (s *Store) Snapshot(ctx context.Context, ws int64, rev int64) (*Snapshot, e
 
 // settle returns err, unless the snapshot's revision has been pruned (or its
 // workspace deleted) since the snapshot was taken: what was just read may
-// then lack rows, and settle returns ErrUnknownRevision (ErrWorkspaceNotFound)
+// then lack rows, and settle returns core.ErrUnknownRevision (core.ErrWorkspaceNotFound)
 // instead. It costs a query only after a prune.
 func (sn *Snapshot) settle(ctx context.Context, err error) error {
 	if err != nil && sn.s.shut.Load() {
-		return fmt.Errorf("%w (%v)", ErrClosed, err)
+		return fmt.Errorf("%w (%v)", core.ErrClosed, err)
 	}
 	g := sn.s.pruned.Load()
 	if g == sn.gen.Load() {
@@ -67,9 +69,9 @@ func (sn *Snapshot) settle(ctx context.Context, err error) error {
 	}
 	switch {
 	case live == 0:
-		return fmt.Errorf("workspace %s: %w", sn.ws.name, ErrWorkspaceNotFound)
+		return fmt.Errorf("workspace %s: %w", sn.ws.name, core.ErrWorkspaceNotFound)
 	case kept == 0:
-		return fmt.Errorf("revision %d of %s: %w", sn.Rev, sn.ws.name, ErrUnknownRevision)
+		return fmt.Errorf("revision %d of %s: %w", sn.Rev, sn.ws.name, core.ErrUnknownRevision)
 	}
 	if g%2 == 0 {
 		// No prune was running when g was read, so every prune up to g had
@@ -84,9 +86,9 @@ func (sn *Snapshot) view(ctx context.Context) (*view, error) {
 }
 
 func (sn *Snapshot) resolve(ctx context.Context, op, p string) (*view, *inode, string, error) {
-	clean, err := CleanPath(p)
+	clean, err := core.CleanPath(p)
 	if err != nil {
-		return nil, nil, "", pathErr(op, p, ErrInvalidPath)
+		return nil, nil, "", pathErr(op, p, core.ErrInvalidPath)
 	}
 	v, err := sn.view(ctx)
 	if err != nil {
@@ -100,41 +102,41 @@ func (sn *Snapshot) resolve(ctx context.Context, op, p string) (*view, *inode, s
 }
 
 // Stat describes the entry at p without following symlinks.
-func (sn *Snapshot) Stat(ctx context.Context, p string) (Stat, error) {
+func (sn *Snapshot) Stat(ctx context.Context, p string) (core.Stat, error) {
 	_, in, clean, err := sn.resolve(ctx, "stat", p)
 	if err != nil {
-		return Stat{}, sn.settle(ctx, err)
+		return core.Stat{}, sn.settle(ctx, err)
 	}
 	_, name := parentName(clean)
 	return in.stat(name, clean), sn.settle(ctx, nil)
 }
 
 // StatIno describes inode ino.
-func (sn *Snapshot) StatIno(ctx context.Context, ino uint64) (Stat, error) {
+func (sn *Snapshot) StatIno(ctx context.Context, ino uint64) (core.Stat, error) {
 	v, err := sn.view(ctx)
 	if err != nil {
-		return Stat{}, err
+		return core.Stat{}, err
 	}
 	in, err := v.inode(ino)
 	if err != nil {
-		return Stat{}, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
+		return core.Stat{}, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
 	}
 	return in.stat(in.name, ""), sn.settle(ctx, nil)
 }
 
 // Lookup describes the entry name in directory inode parent.
-func (sn *Snapshot) Lookup(ctx context.Context, parent uint64, name string) (Stat, error) {
+func (sn *Snapshot) Lookup(ctx context.Context, parent uint64, name string) (core.Stat, error) {
 	v, err := sn.view(ctx)
 	if err != nil {
-		return Stat{}, err
+		return core.Stat{}, err
 	}
 	ino, _, err := v.lookup(parent, name)
 	if err != nil {
-		return Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
+		return core.Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
 	}
 	in, err := v.inode(ino)
 	if err != nil {
-		return Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
+		return core.Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
 	}
 	return in.stat(name, ""), sn.settle(ctx, nil)
 }
@@ -143,20 +145,20 @@ func (sn *Snapshot) Lookup(ctx context.Context, parent uint64, name string) (Sta
 func (sn *Snapshot) RootIno() uint64 { return sn.ws.root }
 
 // ReadDir lists the directory at p, sorted by name.
-func (sn *Snapshot) ReadDir(ctx context.Context, p string) ([]DirEntry, error) {
+func (sn *Snapshot) ReadDir(ctx context.Context, p string) ([]core.DirEntry, error) {
 	v, in, _, err := sn.resolve(ctx, "readdir", p)
 	if err != nil {
 		return nil, sn.settle(ctx, err)
 	}
 	if !in.isDir() {
-		return nil, sn.settle(ctx, pathErr("readdir", p, ErrNotDir))
+		return nil, sn.settle(ctx, pathErr("readdir", p, core.ErrNotDir))
 	}
 	es, err := listEntries(v, in.ino)
 	return es, sn.settle(ctx, err)
 }
 
 // ReadDirIno lists directory inode ino, sorted by name.
-func (sn *Snapshot) ReadDirIno(ctx context.Context, ino uint64) ([]DirEntry, error) {
+func (sn *Snapshot) ReadDirIno(ctx context.Context, ino uint64) ([]core.DirEntry, error) {
 	v, err := sn.view(ctx)
 	if err != nil {
 		return nil, err
@@ -165,14 +167,14 @@ func (sn *Snapshot) ReadDirIno(ctx context.Context, ino uint64) ([]DirEntry, err
 	return es, sn.settle(ctx, err)
 }
 
-func listEntries(v *view, ino uint64) ([]DirEntry, error) {
+func listEntries(v *view, ino uint64) ([]core.DirEntry, error) {
 	es, err := v.list(ino)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]DirEntry, len(es))
+	out := make([]core.DirEntry, len(es))
 	for i, e := range es {
-		out[i] = DirEntry{Name: e.name, Ino: e.ino, Type: kindType(e.kind)}
+		out[i] = core.DirEntry{Name: e.name, Ino: e.ino, Type: kindType(e.kind)}
 	}
 	return out, nil
 }
@@ -184,7 +186,7 @@ func (sn *Snapshot) Readlink(ctx context.Context, p string) (string, error) {
 		return "", sn.settle(ctx, err)
 	}
 	if !in.isSymlink() {
-		return "", sn.settle(ctx, pathErr("readlink", p, ErrInvalidArgument))
+		return "", sn.settle(ctx, pathErr("readlink", p, core.ErrInvalidArgument))
 	}
 	return in.target, sn.settle(ctx, nil)
 }
@@ -205,10 +207,10 @@ func (sn *Snapshot) Open(ctx context.Context, p string) (*File, error) {
 		return nil, sn.settle(ctx, err)
 	}
 	if in.isDir() {
-		return nil, sn.settle(ctx, pathErr("open", p, ErrIsDir))
+		return nil, sn.settle(ctx, pathErr("open", p, core.ErrIsDir))
 	}
 	if !in.isReg() {
-		return nil, sn.settle(ctx, pathErr("open", p, ErrInvalidArgument))
+		return nil, sn.settle(ctx, pathErr("open", p, core.ErrInvalidArgument))
 	}
 	return &File{v: v, in: in, sn: sn}, sn.settle(ctx, nil)
 }
@@ -224,7 +226,7 @@ func (sn *Snapshot) OpenIno(ctx context.Context, ino uint64) (*File, error) {
 		return nil, sn.settle(ctx, err)
 	}
 	if !in.isReg() {
-		return nil, sn.settle(ctx, ErrInvalidArgument)
+		return nil, sn.settle(ctx, core.ErrInvalidArgument)
 	}
 	return &File{v: v, in: in, sn: sn}, sn.settle(ctx, nil)
 }
@@ -235,7 +237,7 @@ func (f *File) Size() int64 { return f.in.size }
 // ReadAt implements io.ReaderAt.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
-		return 0, ErrInvalidArgument
+		return 0, core.ErrInvalidArgument
 	}
 	n, err := f.v.readAt(f.in, p, off)
 	if serr := f.settle(); serr != nil {
@@ -275,7 +277,7 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 		offset += f.in.size
 	}
 	if offset < 0 {
-		return f.off, ErrInvalidArgument
+		return f.off, core.ErrInvalidArgument
 	}
 	f.off = offset
 	return offset, nil
@@ -316,7 +318,7 @@ func (sn *Snapshot) ReadFile(ctx context.Context, p string) ([]byte, error) {
 }
 
 // WalkFunc is called for each entry Walk visits, parents before children.
-type WalkFunc func(p string, st Stat) error
+type WalkFunc func(p string, st core.Stat) error
 
 // SkipDir, returned by a WalkFunc for a directory, skips its contents.
 var SkipDir = fs.SkipDir

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"computerd/core"
+
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
 
@@ -55,7 +57,7 @@ type Store struct {
 	Now func() time.Time
 	// OnCommit, if set, is called after each Commit or Apply of a workspace
 	// (not CommitNodes, whose caller knows). It must not block.
-	OnCommit func(ws int64, rev Revision)
+	OnCommit func(ws int64, rev core.Revision)
 
 	chunkSize int64
 	wdb       *sql.DB // one connection, for the single writer
@@ -329,7 +331,7 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return core.ErrClosed
 	}
 	return s.inTx(ctx, fn)
 }

@@ -7,39 +7,35 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"computerd/core"
 )
 
 // maxTextDiff is the largest file, in bytes, shown line by line in a text diff.
 const maxTextDiff = 4 << 20
 
-// FileChange summarises how one path differs between two revisions.
-type FileChange struct {
-	Path    string `json:"path"`
-	From    string `json:"from,omitempty"` // old path of a rename
-	Status  string `json:"status"`         // added, deleted, modified, renamed
-	Added   int    `json:"added"`          // lines
-	Deleted int    `json:"deleted"`        // lines
-	Binary  bool   `json:"binary,omitempty"`
-	oldText []byte
-	newText []byte
-	oldMode string
-	newMode string
+// fileChange is a FileChange with what WriteDiff needs besides.
+type fileChange struct {
+	core.FileChange
+	oldText, newText []byte
+	oldMode, newMode string
 }
 
 // DiffFiles lists the files (and symlinks) that differ between two
 // revisions, with line counts, sorted by path. Directories are left out.
-func (s *Store) DiffFiles(ctx context.Context, ws int64, from, to int64) ([]FileChange, error) {
+func (s *Store) DiffFiles(ctx context.Context, ws int64, from, to int64) ([]core.FileChange, error) {
 	changes, err := s.fileChanges(ctx, ws, from, to)
 	if err != nil {
 		return nil, err
 	}
-	for i := range changes {
-		changes[i].oldText, changes[i].newText = nil, nil
+	out := make([]core.FileChange, len(changes))
+	for i, c := range changes {
+		out[i] = c.FileChange
 	}
-	return changes, nil
+	return out, nil
 }
 
-func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]FileChange, error) {
+func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fileChange, error) {
 	cs, err := s.Diff(ctx, ws, from, to)
 	if err != nil {
 		return nil, err
@@ -52,7 +48,7 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]Fi
 	if err != nil {
 		return nil, err
 	}
-	byPath := map[string]*FileChange{}
+	byPath := map[string]*fileChange{}
 	note := func(p, from, status string) {
 		if c, ok := byPath[p]; ok {
 			if status != "modified" || c.Status == "deleted" {
@@ -63,25 +59,25 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]Fi
 			}
 			return
 		}
-		byPath[p] = &FileChange{Path: p, From: from, Status: status}
+		byPath[p] = &fileChange{FileChange: core.FileChange{Path: p, From: from, Status: status}}
 	}
 	for _, op := range cs.Ops {
 		switch op.Kind {
-		case OpDelete:
+		case core.OpDelete:
 			note(op.Path, "", "deleted")
-		case OpRename:
+		case core.OpRename:
 			note(op.Path, op.From, "renamed")
-		case OpCreate, OpSymlink, OpLink:
+		case core.OpCreate, core.OpSymlink, core.OpLink:
 			if c, ok := byPath[op.Path]; ok && c.Status == "deleted" {
 				c.Status = "modified"
 			} else {
 				note(op.Path, "", "added")
 			}
-		case OpWrite, OpTruncate, OpChmod:
+		case core.OpWrite, core.OpTruncate, core.OpChmod:
 			note(op.Path, "", "modified")
 		}
 	}
-	var out []FileChange
+	var out []fileChange
 	for _, c := range byPath {
 		oldPath := c.Path
 		if c.From != "" {
@@ -145,7 +141,7 @@ func textOf(ctx context.Context, sn *Snapshot, p string) (text []byte, mode stri
 	return text, mode, false, err
 }
 
-func unixMode(st Stat) uint32 {
+func unixMode(st core.Stat) uint32 {
 	m := unixPerm(st.Mode)
 	switch {
 	case st.IsDir():

@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"computerd/core"
 )
 
 // TokenPrefix starts every bearer token, so a leaked one is easy to spot.
 const TokenPrefix = "cdt_"
-
-// ErrBadToken is returned for a token that is unknown or revoked.
-var ErrBadToken = errors.New("invalid or revoked token")
 
 // Token describes a bearer token; the secret itself is never stored.
 type Token struct {
@@ -38,7 +37,7 @@ func ValidTenant(name string) bool { return validWorkspaceName(name) }
 // is shown only this once: the store keeps its SHA-256.
 func (s *Store) CreateToken(ctx context.Context, tenant string) (string, Token, error) {
 	if !ValidTenant(tenant) {
-		return "", Token{}, fmt.Errorf("tenant %q: want 1-128 of [A-Za-z0-9._-]: %w", tenant, ErrInvalidArgument)
+		return "", Token{}, fmt.Errorf("tenant %q: want 1-128 of [A-Za-z0-9._-]: %w", tenant, core.ErrInvalidArgument)
 	}
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -57,15 +56,15 @@ func (s *Store) CreateToken(ctx context.Context, tenant string) (string, Token, 
 	return secret, tok, nil
 }
 
-// TokenTenant returns the tenant a live token belongs to, or ErrBadToken.
+// TokenTenant returns the tenant a live token belongs to, or core.ErrBadToken.
 func (s *Store) TokenTenant(ctx context.Context, secret string) (string, error) {
 	if !strings.HasPrefix(secret, TokenPrefix) {
-		return "", ErrBadToken
+		return "", core.ErrBadToken
 	}
 	var tenant string
 	err := s.rdb.QueryRowContext(ctx, `SELECT tenant FROM tokens WHERE hash = ? AND revoked_ns IS NULL`, tokenHash(secret)).Scan(&tenant)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", ErrBadToken
+		return "", core.ErrBadToken
 	}
 	if err != nil {
 		return "", wrapDB("check token", err)
@@ -101,7 +100,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string) error {
 			return wrapDB("revoke token", err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("token %q: %w", id, ErrNotFound)
+			return fmt.Errorf("token %q: %w", id, core.ErrNotFound)
 		}
 		return nil
 	})

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"syscall"
+
+	"computerd/core"
 )
 
 // Reading whole trees (walks, exports, sync) one directory per query: a
@@ -102,7 +104,7 @@ func (v *view) children(dir uint64) ([]dirEntry, []*inode, error) {
 
 // TreeFunc is called by ReadTree for each entry; for a regular file, r
 // reads its contents and is valid only until the call returns.
-type TreeFunc func(p string, st Stat, r io.Reader) error
+type TreeFunc func(p string, st core.Stat, r io.Reader) error
 
 // ReadTree visits p and everything beneath it with contents: parents
 // before children; within a directory, non-directories first, then

@@ -18,6 +18,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -35,7 +36,7 @@ func randomTree(t *testing.T, s *fsstore.Store, ws int64, seed int64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(seed))
 	dirs := []string{""}
-	b := &fsstore.Batch{}
+	b := &core.Batch{}
 	for i := 0; i < 60; i++ {
 		parent := dirs[rng.Intn(len(dirs))]
 		d := path.Join(parent, fmt.Sprintf("d%02d", i))
@@ -48,12 +49,12 @@ func randomTree(t *testing.T, s *fsstore.Store, ws int64, seed int64) {
 		case k == 0:
 			b.WriteFile(p, nil, 0o644)
 		case k == 1:
-			b.Add(fsstore.Op{Kind: fsstore.OpSymlink, Path: p, Target: "../t" + fmt.Sprint(i)})
+			b.Add(core.Op{Kind: core.OpSymlink, Path: p, Target: "../t" + fmt.Sprint(i)})
 		case k == 2:
 			// Sparse: data, a hole, data, a hole to the end.
 			b.WriteFile(p, []byte("head"), 0o644)
-			b.Add(fsstore.Op{Kind: fsstore.OpWrite, Path: p, Offset: 200, Data: []byte("middle")})
-			b.Add(fsstore.Op{Kind: fsstore.OpTruncate, Path: p, Size: 500})
+			b.Add(core.Op{Kind: core.OpWrite, Path: p, Offset: 200, Data: []byte("middle")})
+			b.Add(core.Op{Kind: core.OpTruncate, Path: p, Size: 500})
 		case k == 3:
 			data := make([]byte, 2000+rng.Intn(20000)) // hundreds of 16-byte chunks
 			rng.Read(data)
@@ -105,7 +106,7 @@ func expectTree(t *testing.T, sn *fsstore.Snapshot, p string, skip map[string]bo
 	return out
 }
 
-func entryOf(t *testing.T, sn *fsstore.Snapshot, p string, st fsstore.Stat) treeEntry {
+func entryOf(t *testing.T, sn *fsstore.Snapshot, p string, st core.Stat) treeEntry {
 	e := treeEntry{path: p, mode: st.Mode.String(), data: st.Target}
 	if st.Mode.IsRegular() {
 		data, err := sn.ReadFile(context.Background(), p)
@@ -121,7 +122,7 @@ func entryOf(t *testing.T, sn *fsstore.Snapshot, p string, st fsstore.Stat) tree
 // partial, only its first bytes: the rest must be skipped cleanly).
 func readTree(ctx context.Context, sn *fsstore.Snapshot, p string, skip map[string]bool, partial bool) ([]treeEntry, error) {
 	var got []treeEntry
-	err := sn.ReadTree(ctx, p, func(p string, st fsstore.Stat, r io.Reader) error {
+	err := sn.ReadTree(ctx, p, func(p string, st core.Stat, r io.Reader) error {
 		e := treeEntry{path: p, mode: st.Mode.String(), data: st.Target}
 		if r != nil {
 			var buf bytes.Buffer
@@ -174,7 +175,7 @@ func TestReadTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	randomTree(t, s, w.ID, 7)
-	sn, err := s.Snapshot(ctx, w.ID, fsstore.Head)
+	sn, err := s.Snapshot(ctx, w.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +247,11 @@ func TestReadTree(t *testing.T) {
 	}
 
 	// A fork reads through its layers.
-	f, err := s.Fork(ctx, w.ID, fsstore.Head, "fork")
+	f, err := s.Fork(ctx, w.ID, core.Head, "fork")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsn, err := s.Snapshot(ctx, f.ID, fsstore.Head)
+	fsn, err := s.Snapshot(ctx, f.ID, core.Head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestReadTree(t *testing.T) {
 	// An error from fn ends the walk with that error.
 	boom := errors.New("boom")
 	n := 0
-	err = sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+	err = sn.ReadTree(ctx, "", func(p string, st core.Stat, r io.Reader) error {
 		if n++; n == len(want)/3 {
 			return boom
 		}
@@ -275,7 +276,7 @@ func TestReadTree(t *testing.T) {
 	// So does a cancelled context.
 	cctx, cancel := context.WithCancel(ctx)
 	n = 0
-	err = sn.ReadTree(cctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+	err = sn.ReadTree(cctx, "", func(p string, st core.Stat, r io.Reader) error {
 		if n++; n == len(want)/2 {
 			cancel()
 		}

@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"computerd/core"
 )
 
-const wsCols = `id, tenant, name, head, COALESCE(base_ws, 0), COALESCE(base_rev, 0), created_ns, root_ino`
+const wsCols = `id, tenant, name, head, COALESCE(base_ws, 0), COALESCE(base_rev, 0), created_ns`
 
-func scanWorkspace(row interface{ Scan(...any) error }) (Workspace, error) {
-	var w Workspace
+func scanWorkspace(row interface{ Scan(...any) error }) (core.Workspace, error) {
+	var w core.Workspace
 	var created int64
-	err := row.Scan(&w.ID, &w.Tenant, &w.Name, &w.Head, &w.BaseID, &w.BaseRev, &created, &w.rootIno)
+	err := row.Scan(&w.ID, &w.Tenant, &w.Name, &w.Head, &w.BaseID, &w.BaseRev, &created)
 	w.Created = time.Unix(0, created)
 	return w, err
 }
@@ -33,9 +35,9 @@ func validWorkspaceName(name string) bool {
 }
 
 // CreateWorkspace makes an empty workspace whose revision 1 holds only the root directory.
-func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (Workspace, error) {
+func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (core.Workspace, error) {
 	if !validWorkspaceName(name) {
-		return Workspace{}, fmt.Errorf("workspace name %q: want 1-128 of [A-Za-z0-9._-]: %w", name, ErrInvalidArgument)
+		return core.Workspace{}, fmt.Errorf("workspace name %q: want 1-128 of [A-Za-z0-9._-]: %w", name, core.ErrInvalidArgument)
 	}
 	var id int64
 	err := s.write(ctx, func() error {
@@ -57,11 +59,11 @@ func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (Works
 		if _, err := s.wq.insInode.ExecContext(ctx, id, ino, 1, forever, syscall.S_IFDIR|0o755, 0, 0, 2, 0, now, now, nil, 0, nil); err != nil {
 			return wrapDB("create root", err)
 		}
-		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(SourceCreate), tenant, "", "", 0)
+		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceCreate), tenant, "", "", 0)
 		return wrapDB("record revision", err)
 	})
 	if err != nil {
-		return Workspace{}, err
+		return core.Workspace{}, err
 	}
 	return s.WorkspaceByID(ctx, id)
 }
@@ -72,7 +74,7 @@ func (s *Store) nameFree(ctx context.Context, tenant, name string) error {
 		return wrapDB("check name", err)
 	}
 	if n > 0 {
-		return fmt.Errorf("workspace %q: %w", name, ErrWorkspaceExists)
+		return fmt.Errorf("workspace %q: %w", name, core.ErrWorkspaceExists)
 	}
 	return nil
 }
@@ -80,9 +82,9 @@ func (s *Store) nameFree(ctx context.Context, tenant, name string) error {
 // Fork makes workspace name of the same tenant whose revision 1 is src at
 // revision rev (Head for its newest). It copies no rows: the fork reads
 // through to src for everything it has not changed.
-func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (Workspace, error) {
+func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (core.Workspace, error) {
 	if !validWorkspaceName(name) {
-		return Workspace{}, fmt.Errorf("workspace name %q: %w", name, ErrInvalidArgument)
+		return core.Workspace{}, fmt.Errorf("workspace name %q: %w", name, core.ErrInvalidArgument)
 	}
 	var id int64
 	err := s.write(ctx, func() error {
@@ -90,7 +92,7 @@ func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (Wo
 		if err != nil {
 			return err
 		}
-		if rev == Head {
+		if rev == core.Head {
 			rev = w.Head
 		} else if err := s.checkRev(ctx, s.wconn, w, rev); err != nil {
 			return err
@@ -99,19 +101,19 @@ func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (Wo
 			return err
 		}
 		now := s.Now().UnixNano()
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?, ?, ?, ?, ?, 1, ?)`,
-			w.Tenant, name, w.rootIno, w.ID, rev, now)
+		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
+			w.Tenant, name, w.ID, rev, now)
 		if err != nil {
 			return wrapDB("fork workspace", err)
 		}
 		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
+		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
 		return wrapDB("record revision", err)
 	})
 	if err != nil {
-		return Workspace{}, err
+		return core.Workspace{}, err
 	}
 	return s.WorkspaceByID(ctx, id)
 }
@@ -120,51 +122,51 @@ type rowQuerier interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }
 
-func (s *Store) liveWorkspace(ctx context.Context, db rowQuerier, id int64) (Workspace, error) {
+func (s *Store) liveWorkspace(ctx context.Context, db rowQuerier, id int64) (core.Workspace, error) {
 	w, err := scanWorkspace(db.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE id = ? AND deleted_ns IS NULL`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return w, ErrWorkspaceNotFound
+		return w, core.ErrWorkspaceNotFound
 	}
 	return w, wrapDB("load workspace", err)
 }
 
 // checkRev verifies that rev is a retained revision of w.
-func (s *Store) checkRev(ctx context.Context, db rowQuerier, w Workspace, rev int64) error {
+func (s *Store) checkRev(ctx context.Context, db rowQuerier, w core.Workspace, rev int64) error {
 	var n int
 	if rev < 1 || rev > w.Head {
-		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, ErrUnknownRevision)
+		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, core.ErrUnknownRevision)
 	}
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM revisions WHERE ws = ? AND rev = ?`, w.ID, rev).Scan(&n); err != nil {
 		return wrapDB("check revision", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, ErrUnknownRevision)
+		return fmt.Errorf("revision %d of %s: %w", rev, w.Name, core.ErrUnknownRevision)
 	}
 	return nil
 }
 
 // WorkspaceByID returns a live workspace.
-func (s *Store) WorkspaceByID(ctx context.Context, id int64) (Workspace, error) {
+func (s *Store) WorkspaceByID(ctx context.Context, id int64) (core.Workspace, error) {
 	return s.liveWorkspace(ctx, s.rdb, id)
 }
 
 // Workspace returns the tenant's live workspace called name.
-func (s *Store) Workspace(ctx context.Context, tenant, name string) (Workspace, error) {
+func (s *Store) Workspace(ctx context.Context, tenant, name string) (core.Workspace, error) {
 	w, err := scanWorkspace(s.rdb.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE tenant = ? AND name = ? AND deleted_ns IS NULL`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return w, fmt.Errorf("workspace %q: %w", name, ErrWorkspaceNotFound)
+		return w, fmt.Errorf("workspace %q: %w", name, core.ErrWorkspaceNotFound)
 	}
 	return w, wrapDB("load workspace", err)
 }
 
 // Workspaces lists a tenant's live workspaces by name; tenant "" lists every tenant's.
-func (s *Store) Workspaces(ctx context.Context, tenant string) ([]Workspace, error) {
+func (s *Store) Workspaces(ctx context.Context, tenant string) ([]core.Workspace, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE deleted_ns IS NULL AND (?1 = '' OR tenant = ?1) ORDER BY tenant, name`, tenant)
 	if err != nil {
 		return nil, wrapDB("list workspaces", err)
 	}
 	defer rows.Close()
-	var out []Workspace
+	var out []core.Workspace
 	for rows.Next() {
 		w, err := scanWorkspace(rows)
 		if err != nil {
@@ -190,7 +192,7 @@ func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
 }
 
 // Log lists a workspace's retained revisions, newest first; limit <= 0 means all.
-func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]Revision, error) {
+func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]core.Revision, error) {
 	if _, err := s.WorkspaceByID(ctx, ws); err != nil {
 		return nil, err
 	}
@@ -200,29 +202,29 @@ func (s *Store) Log(ctx context.Context, ws int64, limit int) ([]Revision, error
 	return s.revisions(ctx, "log", `WHERE ws = ? ORDER BY rev DESC LIMIT ?`, ws, limit)
 }
 
-// RevisionInfo describes revision rev of workspace ws (ErrUnknownRevision
+// RevisionInfo describes revision rev of workspace ws (core.ErrUnknownRevision
 // if it is not retained).
-func (s *Store) RevisionInfo(ctx context.Context, ws, rev int64) (Revision, error) {
+func (s *Store) RevisionInfo(ctx context.Context, ws, rev int64) (core.Revision, error) {
 	revs, err := s.revisions(ctx, "revision", `WHERE ws = ? AND rev = ?`, ws, rev)
 	if err != nil {
-		return Revision{}, err
+		return core.Revision{}, err
 	}
 	if len(revs) == 0 {
-		return Revision{}, fmt.Errorf("revision %d: %w", rev, ErrUnknownRevision)
+		return core.Revision{}, fmt.Errorf("revision %d: %w", rev, core.ErrUnknownRevision)
 	}
 	return revs[0], nil
 }
 
 // revisions reads revision rows: SELECT ... FROM revisions, then where.
-func (s *Store) revisions(ctx context.Context, what, where string, args ...any) ([]Revision, error) {
+func (s *Store) revisions(ctx context.Context, what, where string, args ...any) ([]core.Revision, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions `+where, args...)
 	if err != nil {
 		return nil, wrapDB(what, err)
 	}
 	defer rows.Close()
-	var out []Revision
+	var out []core.Revision
 	for rows.Next() {
-		var r Revision
+		var r core.Revision
 		var t int64
 		if err := rows.Scan(&r.Rev, &t, &r.Source, &r.Tenant, &r.ExecID, &r.Message, &r.Changes); err != nil {
 			return nil, wrapDB(what, err)

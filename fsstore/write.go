@@ -9,6 +9,8 @@ import (
 	"maps"
 	"slices"
 	"syscall"
+
+	"computerd/core"
 )
 
 // wtx is one write transaction producing revision rev of workspace ws.
@@ -49,7 +51,7 @@ type extentKey struct {
 
 // chunkRow is what identifies a stored chunk.
 type chunkRow struct {
-	hash Hash
+	hash core.Hash
 	size int64
 }
 
@@ -95,7 +97,7 @@ func (t *wtx) lookup(parent uint64, name string) (uint64, int, error) {
 		if e, ok := m[name]; ok {
 			return e.ino, e.kind, nil
 		}
-		return 0, 0, ErrNotFound
+		return 0, 0, core.ErrNotFound
 	}
 	return t.v.lookup(parent, name)
 }
@@ -147,7 +149,7 @@ func (t *wtx) resolveDir(p string) (*inode, error) {
 		return nil, err
 	}
 	if !in.isDir() {
-		return nil, ErrNotDir
+		return nil, core.ErrNotDir
 	}
 	return in, nil
 }
@@ -167,7 +169,7 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 		return nil, fmt.Errorf("load workspace %d: %w", wsID, err)
 	}
 	if deleted.Valid {
-		return nil, ErrWorkspaceNotFound
+		return nil, core.ErrWorkspaceNotFound
 	}
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
 		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
@@ -198,7 +200,7 @@ func (t *wtx) finish(info CommitInfo) error {
 		info.Tenant = t.ws.tenant
 	}
 	if info.Source == "" {
-		info.Source = SourceAPI
+		info.Source = core.SourceAPI
 	}
 	if _, err := t.q.insRevision.ExecContext(t.ctx, t.ws.id, t.rev, t.now, string(info.Source), info.Tenant, info.ExecID, info.Message, t.changes); err != nil {
 		return fmt.Errorf("record revision: %w", err)
@@ -225,7 +227,7 @@ func (t *wtx) touchDir(ino uint64, subdirs int) {
 func (t *wtx) flushDirs() error {
 	for ino := range t.dirMtime {
 		in, err := t.inode(ino)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, core.ErrNotFound) {
 			continue // removed later in the same revision
 		} else if err != nil {
 			return err
@@ -243,7 +245,7 @@ func (t *wtx) flushDirs() error {
 			continue
 		}
 		in, err := t.inode(ino)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, core.ErrNotFound) {
 			continue
 		} else if err != nil {
 			return err
@@ -577,7 +579,7 @@ func (t *wtx) putChunk(data []byte) (int64, error) {
 	return putChunk(t.ctx, t.q, sha256.Sum256(data), data)
 }
 
-func putChunk(ctx context.Context, q *queries, h Hash, data []byte) (int64, error) {
+func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, error) {
 	var id, size int64
 	res, err := q.insChunk.ExecContext(ctx, h[:], len(data), data)
 	if err != nil {
@@ -592,27 +594,27 @@ func putChunk(ctx context.Context, q *queries, h Hash, data []byte) (int64, erro
 }
 
 // chunkID finds the row of a chunk named in a changeset.
-func (t *wtx) chunkID(ref ChunkRef) (int64, error) {
-	if ref.id != 0 {
+func (t *wtx) chunkID(ref core.ChunkRef) (int64, error) {
+	if ref.Row != 0 {
 		// The row id (from Put or Diff) is only a hint: GC may have deleted
 		// the row since, and SQLite may have given its id to another chunk.
-		c, err := t.chunkRow(ref.id)
+		c, err := t.chunkRow(ref.Row)
 		if err != nil {
 			return 0, err
 		}
 		if c.hash == ref.Hash && c.size == int64(ref.Len) {
-			return ref.id, nil
+			return ref.Row, nil
 		}
 	}
 	var id, size int64
 	err := t.q.chunkByHash.QueryRowContext(t.ctx, ref.Hash[:]).Scan(&id, &size)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("chunk %s: %w", ref.Hash, ErrMissingChunk)
+		return 0, fmt.Errorf("chunk %s: %w", ref.Hash, core.ErrMissingChunk)
 	} else if err != nil {
 		return 0, wrapDB("find chunk", err)
 	}
 	if size != int64(ref.Len) {
-		return 0, fmt.Errorf("chunk %s: length %d, stored %d: %w", ref.Hash, ref.Len, size, ErrInvalidArgument)
+		return 0, fmt.Errorf("chunk %s: length %d, stored %d: %w", ref.Hash, ref.Len, size, core.ErrInvalidArgument)
 	}
 	return id, nil
 }
@@ -705,11 +707,11 @@ func (t *wtx) writeData(in *inode, off int64, data []byte) error {
 }
 
 // writeContent places stored chunks into a regular file's slots.
-func (t *wtx) writeContent(in *inode, c *Content) error {
+func (t *wtx) writeContent(in *inode, c *core.Content) error {
 	cs := t.s.chunkSize
 	for _, ref := range c.Chunks {
-		if ref.Index < 0 || ref.Index > MaxFileSize/cs || ref.Len <= 0 || int64(ref.Len) > cs {
-			return fmt.Errorf("chunk %d length %d: %w", ref.Index, ref.Len, ErrInvalidArgument)
+		if ref.Index < 0 || ref.Index > core.MaxFileSize/cs || ref.Len <= 0 || int64(ref.Len) > cs {
+			return fmt.Errorf("chunk %d length %d: %w", ref.Index, ref.Len, core.ErrInvalidArgument)
 		}
 		id, err := t.chunkID(ref)
 		if err != nil {
@@ -726,7 +728,7 @@ func (t *wtx) writeContent(in *inode, c *Content) error {
 // truncate sets a regular file's size, dropping or cutting chunks past it.
 func (t *wtx) truncate(in *inode, size int64) error {
 	if size < 0 {
-		return ErrInvalidArgument
+		return core.ErrInvalidArgument
 	}
 	cs := t.s.chunkSize
 	if size < in.size {

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"computerd/computerd/api"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 func TestWorkspaceCommands(t *testing.T) {
@@ -24,7 +24,7 @@ func TestWorkspaceCommands(t *testing.T) {
 	e.write("proj", "a.txt", "one\n")
 	e.write("proj", "a.txt", "two\n")
 
-	var list []fsstore.Workspace
+	var list []core.Workspace
 	if err := json.Unmarshal([]byte(e.ok("ws", "ls", "--json")), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestFileTools(t *testing.T) {
 	if got := e.ok("ls", "-R", "w", "src"); got != "main.go\nutil/\nutil/util.go\n" {
 		t.Fatalf("ls -R src: %q", got)
 	}
-	var st fsstore.Stat
+	var st core.Stat
 	if err := json.Unmarshal([]byte(e.ok("stat", "w", "README.md", "--json")), &st); err != nil || st.Size != 24 || st.Mode.Perm() != 0o644 {
 		t.Fatalf("stat: %+v %v", st, err)
 	}
@@ -142,12 +142,12 @@ func TestFileTools(t *testing.T) {
 
 	// log, diff, restore.
 	logOut := e.ok("log", "w", "--json")
-	var revs []fsstore.Revision
+	var revs []core.Revision
 	if err := json.Unmarshal([]byte(logOut), &revs); err != nil {
 		t.Fatal(err)
 	}
 	head := e.head("w")
-	if len(revs) != int(head) || revs[0].Rev != head || revs[0].Source != fsstore.SourceAPI || revs[0].Tenant != "alice" {
+	if len(revs) != int(head) || revs[0].Rev != head || revs[0].Source != core.SourceAPI || revs[0].Tenant != "alice" {
 		t.Fatalf("log: head %d, %+v", head, revs[0])
 	}
 	if d := e.ok("diff", "w", "4", "5"); !strings.Contains(d, `-	println("Hello")`) || !strings.Contains(d, `+	println("Bye")`) {

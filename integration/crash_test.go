@@ -20,8 +20,8 @@ import (
 	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // TestMain lets the test binary play a computerd process: with
@@ -275,7 +275,7 @@ func TestSecondSignalAborts(t *testing.T) {
 		t.Fatalf("kept.txt after the abort: %q", got)
 	}
 	list, err := cl2.Execs(context.Background(), "w", 0)
-	if err != nil || len(list) != 1 || list[0].State != fsstore.ExecInterrupted {
+	if err != nil || len(list) != 1 || list[0].State != core.ExecInterrupted {
 		t.Fatalf("exec after the abort: %+v %v", list, err)
 	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 1012").Output(); len(out) > 0 {

@@ -18,8 +18,8 @@ import (
 	"computerd/agentctl/client"
 	agentcmd "computerd/agentctl/command"
 	"computerd/computerd/api"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // needExec skips when this machine cannot run sandboxes (not root, no FUSE).
@@ -67,9 +67,9 @@ func TestExecBasics(t *testing.T) {
 	if tree["out.txt"] != "made\n" || tree["gone.txt"] != "" || tree["in.txt"] != "input\n" {
 		t.Fatalf("tree after exec: %v", tree)
 	}
-	var revs []fsstore.Revision
+	var revs []core.Revision
 	json.Unmarshal([]byte(e.ok("log", "w", "--json", "-n", "1")), &revs)
-	if revs[0].Source != fsstore.SourceExec || revs[0].ExecID == "" || revs[0].Changes < 2 {
+	if revs[0].Source != core.SourceExec || revs[0].ExecID == "" || revs[0].Changes < 2 {
 		t.Fatalf("exec revision: %+v", revs[0])
 	}
 	// A command that changes nothing makes no revision.
@@ -109,11 +109,11 @@ func TestExecBasics(t *testing.T) {
 		t.Fatalf("network probe to %s: status %d, want 7 (connection refused inside the sandbox)", target, code)
 	}
 	// The journal lists them all.
-	var list []fsstore.Exec
+	var list []core.Exec
 	if err := json.Unmarshal([]byte(e.ok("execs", "w", "--json")), &list); err != nil || len(list) != 6 {
 		t.Fatalf("execs: %d %v", len(list), err)
 	}
-	if list[len(list)-1].ExitCode != 3 || list[len(list)-1].Rev != head+1 || list[len(list)-1].State != fsstore.ExecExited {
+	if list[len(list)-1].ExitCode != 3 || list[len(list)-1].Rev != head+1 || list[len(list)-1].State != core.ExecExited {
 		t.Fatalf("first exec's record: %+v", list[len(list)-1])
 	}
 	e.fails("w", "usage: agentctl exec", "exec", "w", "--shell", "")
@@ -130,7 +130,7 @@ func TestExecKill(t *testing.T) {
 	e := start(t, api.Limits{})
 	e.ok("ws", "create", "w")
 	cl := client.New(e.d.URL(), e.token)
-	done := make(chan fsstore.Exec)
+	done := make(chan core.Exec)
 	go func() {
 		rec, _ := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo hi > f.txt; sleep 1009"}}, nil)
 		done <- rec
@@ -147,7 +147,7 @@ func TestExecKill(t *testing.T) {
 	e.ok("kill", "w", id)
 	select {
 	case rec := <-done:
-		if rec.State != fsstore.ExecKilled || rec.Signal != "SIGKILL" || rec.ExitCode != 137 || rec.Rev == 0 {
+		if rec.State != core.ExecKilled || rec.Signal != "SIGKILL" || rec.ExitCode != 137 || rec.Rev == 0 {
 			t.Fatalf("killed exec: %+v", rec)
 		}
 	case <-time.After(20 * time.Second):
@@ -226,9 +226,9 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	if out, _ := exec.Command("pgrep", "-f", "sleep 1007").Output(); len(out) > 0 {
 		t.Fatalf("processes survived the timeout: %s", out)
 	}
-	var list []fsstore.Exec
+	var list []core.Exec
 	json.Unmarshal([]byte(e.ok("execs", "w", "--json")), &list)
-	if list[0].State != fsstore.ExecTimeout || !list[0].TimedOut {
+	if list[0].State != core.ExecTimeout || !list[0].TimedOut {
 		t.Fatalf("journal: %+v", list[0])
 	}
 }
@@ -255,7 +255,7 @@ func TestExecIdempotencyKey(t *testing.T) {
 	// A retry while the first is still running attaches to it.
 	cl := client.New(e.d.URL(), e.token)
 	var wg sync.WaitGroup
-	recs := make([]fsstore.Exec, 2)
+	recs := make([]core.Exec, 2)
 	outs := make([]string, 2)
 	for i := range 2 {
 		wg.Add(1)
@@ -282,7 +282,7 @@ func TestExecConflict(t *testing.T) {
 	e.ok("ws", "create", "w")
 	e.write("w", "f.txt", "base\n")
 	cl := client.New(e.d.URL(), e.token)
-	done := make(chan fsstore.Exec)
+	done := make(chan core.Exec)
 	go func() {
 		rec, _ := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > f.txt"}}, nil)
 		done <- rec
@@ -388,7 +388,7 @@ func TestExecCrashRecovery(t *testing.T) {
 		t.Fatalf("the container survived the restart: %s", out)
 	}
 	list, err := cl2.Execs(context.Background(), "w", 0)
-	if err != nil || len(list) != 1 || list[0].State != fsstore.ExecInterrupted {
+	if err != nil || len(list) != 1 || list[0].State != core.ExecInterrupted {
 		t.Fatalf("journal after restart: %+v %v", list, err)
 	}
 	r, err := cl2.Read(context.Background(), "w", "p.txt", client.ReadOptions{})
@@ -397,7 +397,7 @@ func TestExecCrashRecovery(t *testing.T) {
 	}
 	r.Close()
 	revs, _ := cl2.Log(context.Background(), "w", 1)
-	if revs[0].Source != fsstore.SourceInterrupted || revs[0].ExecID != list[0].ID {
+	if revs[0].Source != core.SourceInterrupted || revs[0].ExecID != list[0].ID {
 		t.Fatalf("interrupted revision: %+v", revs[0])
 	}
 }
@@ -417,7 +417,7 @@ func TestExecClientDisconnects(t *testing.T) {
 	}
 	eventually(t, "the exec finishes without its client", func() bool {
 		list, _ := cl.Execs(context.Background(), "w", 0)
-		return len(list) == 1 && list[0].State == fsstore.ExecExited && list[0].Rev > 0
+		return len(list) == 1 && list[0].State == core.ExecExited && list[0].Rev > 0
 	})
 	if got := e.tree("w")["f.txt"]; got != "finished\n" {
 		t.Fatalf("f.txt = %q", got)

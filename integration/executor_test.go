@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"computerd/agentctl/client"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // freeAddr returns a loopback address with a free port.
@@ -84,7 +84,7 @@ func TestExecutor(t *testing.T) {
 		t.Fatalf("exec through the executor: %+v %v %q", rec, err, out.String())
 	}
 	revs, _ := hc.Log(ctx, "w", 1)
-	if revs[0].Rev != rec.Rev || revs[0].Source != fsstore.SourceExec || revs[0].ExecID != rec.ID {
+	if revs[0].Rev != rec.Rev || revs[0].Source != core.SourceExec || revs[0].ExecID != rec.ID {
 		t.Fatalf("home's revision for the exec: %+v (exec %+v)", revs[0], rec)
 	}
 	if got, _ := readAll(hc, "w", "out.txt"); got != "made\n" {
@@ -100,7 +100,7 @@ func TestExecutor(t *testing.T) {
 		t.Fatalf("second pull moved %v bytes after an 8-byte change", moved)
 	}
 	// A conflict between an API write at the home and an exec at the executor.
-	done := make(chan fsstore.Exec)
+	done := make(chan core.Exec)
 	go func() {
 		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > in.txt"}}, nil)
 		done <- rec
@@ -149,7 +149,7 @@ func TestExecutorHomeDown(t *testing.T) {
 	if _, err := xc.CreateWorkspace(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan fsstore.Exec)
+	done := make(chan core.Exec)
 	go func() {
 		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo offline > f.txt"}}, nil)
 		done <- rec
@@ -158,11 +158,11 @@ func TestExecutorHomeDown(t *testing.T) {
 	home.cmd.Process.Signal(syscall.SIGKILL)
 	home.cmd.Wait()
 	rec := <-done
-	if rec.State != fsstore.ExecPending || rec.PendingState != fsstore.ExecExited {
+	if rec.State != core.ExecPending || rec.PendingState != core.ExecExited {
 		t.Fatalf("exec while the home is down: %+v", rec)
 	}
 	list, _ := xc.Execs(ctx, "w", 0)
-	if len(list) != 1 || list[0].State != fsstore.ExecPending {
+	if len(list) != 1 || list[0].State != core.ExecPending {
 		t.Fatalf("execs while the home is down: %+v", list)
 	}
 	home2 := startChild(t, homeDir, "--listen", addr)
@@ -173,7 +173,7 @@ func TestExecutorHomeDown(t *testing.T) {
 	})
 	eventually30(t, "the exec is settled", func() bool {
 		list, _ := xc.Execs(ctx, "w", 0)
-		return len(list) == 1 && list[0].State == fsstore.ExecExited && list[0].Rev > 0
+		return len(list) == 1 && list[0].State == core.ExecExited && list[0].Rev > 0
 	})
 }
 
@@ -218,14 +218,14 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 	}
 	ex2 := startChild(t, exDir, "--home", home.url, "--token", token)
 	list, err := client.New(ex2.url, token).Execs(ctx, "w", 0)
-	if err != nil || len(list) != 1 || list[0].State != fsstore.ExecInterrupted {
+	if err != nil || len(list) != 1 || list[0].State != core.ExecInterrupted {
 		t.Fatalf("exec after the executor's restart: %+v %v", list, err)
 	}
 	if got, _ := readAll(hc, "w", "p.txt"); got != "partial\n" {
 		t.Fatalf("the interrupted exec's write at the home: %q", got)
 	}
 	revs, _ := hc.Log(ctx, "w", 1)
-	if revs[0].Source != fsstore.SourceInterrupted {
+	if revs[0].Source != core.SourceInterrupted {
 		t.Fatalf("revision of the interrupted exec: %+v", revs[0])
 	}
 }
@@ -322,16 +322,16 @@ func TestExecutorPushRetriedOnce(t *testing.T) {
 	}
 	head := mustHead(t, hc, "w")
 	rec, err := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo once >> f.txt"}}, nil)
-	if err != nil || rec.State != fsstore.ExecPending {
+	if err != nil || rec.State != core.ExecPending {
 		t.Fatalf("exec whose push answer was cut: %+v %v", rec, err)
 	}
 	if proxy.cuts.Load() != 1 {
 		t.Fatalf("proxy cut %d answers", proxy.cuts.Load())
 	}
-	var last []fsstore.Exec
+	var last []core.Exec
 	eventually30(t, "the retried push settles", func() bool {
 		last, _ = xc.Execs(ctx, "w", 0)
-		return len(last) == 1 && last[0].State == fsstore.ExecExited && last[0].Rev > 0
+		return len(last) == 1 && last[0].State == core.ExecExited && last[0].Rev > 0
 	})
 	if got := mustHead(t, hc, "w"); got != head+1 {
 		t.Fatalf("home head %d after one exec from %d: the push applied %d times", got, head, got-head)

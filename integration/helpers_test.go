@@ -10,6 +10,7 @@ import (
 	agentcmd "computerd/agentctl/command"
 	"computerd/computerd/api"
 	"computerd/computerd/daemon"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -130,12 +131,12 @@ func (e *env) tree(ws string) map[string]string {
 func (e *env) treeOf(s *fsstore.Store, ws int64) map[string]string {
 	e.t.Helper()
 	ctx := context.Background()
-	sn, err := s.Snapshot(ctx, ws, fsstore.Head)
+	sn, err := s.Snapshot(ctx, ws, core.Head)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	out := map[string]string{}
-	err = sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+	err = sn.ReadTree(ctx, "", func(p string, st core.Stat, r io.Reader) error {
 		switch {
 		case p == "":
 		case st.IsDir():

@@ -12,7 +12,7 @@ import (
 
 	"computerd/agentctl/client"
 	"computerd/computerd/api"
-	"computerd/fsstore"
+	"computerd/core"
 )
 
 // sh runs a shell command in another process (the test process serves the
@@ -55,10 +55,10 @@ func TestHostMount(t *testing.T) {
 	if e.head("w") <= head || e.tree("w")["b.txt"] != "two\n" {
 		t.Fatalf("fsync did not commit: head %d, tree %v", e.head("w"), e.tree("w"))
 	}
-	var revs []fsstore.Revision
+	var revs []core.Revision
 	cl := client.New(e.d.URL(), e.token)
 	revs, _ = cl.Log(context.Background(), "w", 1)
-	if revs[0].Source != fsstore.SourceMount {
+	if revs[0].Source != core.SourceMount {
 		t.Fatalf("mount revision: %+v", revs[0])
 	}
 	// An API write shows in the mount without waiting for cache timeouts.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"computerd/computerd/api"
+	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -83,9 +84,9 @@ func TestSyncPullPush(t *testing.T) {
 
 	// Push: a change made on the mirror lands at the home as one revision.
 	local := st4.Local
-	b := (&fsstore.Batch{}).WriteFile("src/new.txt", []byte("from the executor\n"), 0o644)
-	b.Add(fsstore.Op{Kind: fsstore.OpRename, From: "src/a.txt", Path: "src/renamed.txt"})
-	after, err := m.Store.Commit(ctx, local.ID, b, fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: "alice"})
+	b := (&core.Batch{}).WriteFile("src/new.txt", []byte("from the executor\n"), 0o644)
+	b.Add(core.Op{Kind: core.OpRename, From: "src/a.txt", Path: "src/renamed.txt"})
+	after, err := m.Store.Commit(ctx, local.ID, b, fsstore.CommitInfo{Source: core.SourceExec, Tenant: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,15 +111,15 @@ func TestSyncPullPush(t *testing.T) {
 
 	// A conflicting push: the home changed the same path after the base.
 	e.write("w", "src/new.txt", "home's version\n")
-	b2 := (&fsstore.Batch{}).WriteFile("src/new.txt", []byte("executor's version\n"), 0o644)
-	after2, err := m.Store.Commit(ctx, local.ID, b2, fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: "alice"})
+	b2 := (&core.Batch{}).WriteFile("src/new.txt", []byte("executor's version\n"), 0o644)
+	after2, err := m.Store.Commit(ctx, local.ID, b2, fsstore.CommitInfo{Source: core.SourceExec, Tenant: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs2, _ := m.Store.Diff(ctx, local.ID, after.Rev, after2.Rev)
 	head := e.head("w")
 	_, err = m.Push(ctx, "w", local.ID, cs2, syncproto.PushHeader{PushID: "push-2", Base: before + 1})
-	var ce *fsstore.ConflictError
+	var ce *core.ConflictError
 	if !errors.As(err, &ce) || !reflect.DeepEqual(ce.Paths, []string{"src/new.txt"}) {
 		t.Fatalf("conflicting push: %v", err)
 	}

@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // DefaultInlineMax is how many chunk bytes a pull takes in its first answer
@@ -35,10 +36,10 @@ type RemoteError struct {
 
 func (e *RemoteError) Error() string { return "home: " + e.Body.Message }
 
-// Unwrap maps a conflict to fsstore.ErrConflict.
+// Unwrap maps a conflict to core.ErrConflict.
 func (e *RemoteError) Unwrap() error {
 	if e.Body.Code == wire.CodeConflict {
-		return fsstore.ErrConflict
+		return core.ErrConflict
 	}
 	return nil
 }
@@ -112,7 +113,7 @@ type Mirror struct {
 // PullStats describe one pull.
 type PullStats struct {
 	HomeRev  int64 // the home revision the mirror now equals
-	Local    fsstore.Workspace
+	Local    core.Workspace
 	Chunks   int   // chunks received
 	Bytes    int64 // chunk bytes received
 	Requests int   // round trips
@@ -121,9 +122,9 @@ type PullStats struct {
 const mirrorTag = "mirror of home@"
 
 // HomeRevOf returns the home revision a mirror revision equals (0 if it is not a pulled revision).
-func HomeRevOf(r fsstore.Revision) int64 {
+func HomeRevOf(r core.Revision) int64 {
 	n, _ := strconv.ParseInt(strings.TrimPrefix(r.Message, mirrorTag), 10, 64)
-	if r.Source != fsstore.SourceSync || !strings.HasPrefix(r.Message, mirrorTag) {
+	if r.Source != core.SourceSync || !strings.HasPrefix(r.Message, mirrorTag) {
 		return 0
 	}
 	return n
@@ -131,9 +132,9 @@ func HomeRevOf(r fsstore.Revision) int64 {
 
 // State returns the local mirror of ws and the home revision its head
 // equals (0 when it was never pulled, or changed locally since).
-func (m *Mirror) State(ctx context.Context, ws string) (fsstore.Workspace, int64, error) {
+func (m *Mirror) State(ctx context.Context, ws string) (core.Workspace, int64, error) {
 	local, err := m.Store.Workspace(ctx, m.Tenant, ws)
-	if errors.Is(err, fsstore.ErrWorkspaceNotFound) {
+	if errors.Is(err, core.ErrWorkspaceNotFound) {
 		if local, err = m.Store.CreateWorkspace(ctx, m.Tenant, ws); err != nil {
 			return local, 0, err
 		}
@@ -182,10 +183,10 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if hdr.To == have && !hdr.Full {
 		return st, nil // nothing new
 	}
-	info := fsstore.CommitInfo{Source: fsstore.SourceSync, Tenant: m.Tenant, Message: mirrorTag + strconv.FormatInt(hdr.To, 10)}
-	var rev fsstore.Revision
+	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, Message: mirrorTag + strconv.FormatInt(hdr.To, 10)}
+	var rev core.Revision
 	if hdr.Full {
-		b := &fsstore.Batch{Ops: append([]fsstore.Op{{Kind: fsstore.OpDeleteAll, Path: ""}}, cs.Ops...)}
+		b := &core.Batch{Ops: append([]core.Op{{Kind: core.OpDeleteAll, Path: ""}}, cs.Ops...)}
 		rev, err = m.Store.Commit(ctx, local.ID, b, info)
 	} else {
 		info.Base = local.Head
@@ -196,7 +197,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	}
 	if rev.Rev == 0 || rev.Rev == local.Head {
 		// Nothing differed: record the home revision anyway with an empty batch.
-		if rev, err = m.Store.Commit(ctx, local.ID, &fsstore.Batch{Ops: []fsstore.Op{{Kind: fsstore.OpUtimes, Path: "", Mtime: m.Store.Now().UnixNano()}}}, info); err != nil {
+		if rev, err = m.Store.Commit(ctx, local.ID, &core.Batch{Ops: []core.Op{{Kind: core.OpUtimes, Path: "", Mtime: m.Store.Now().UnixNano()}}}, info); err != nil {
 			return st, err
 		}
 	}
@@ -208,7 +209,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 // receiveChunks stores the chunks of a stream and returns its changeset.
 // The row ids of the chunks stored are noted in the changeset named, or
 // else in the stream's own (see fsstore.Uploader.Identify).
-func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats, named *fsstore.Changeset) (*fsstore.Changeset, error) {
+func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats, named *core.Changeset) (*core.Changeset, error) {
 	up := m.Store.NewUploader()
 	for {
 		hash, data, cs, err := dec.Next()
@@ -237,10 +238,10 @@ func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats,
 }
 
 // fetchMissing asks the home for the chunks cs names that the store lacks.
-func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs *fsstore.Changeset, st *PullStats) error {
-	var hashes []fsstore.Hash
-	seen := map[fsstore.Hash]bool{}
-	contentRefs(cs, func(_ string, ref fsstore.ChunkRef) error {
+func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs *core.Changeset, st *PullStats) error {
+	var hashes []core.Hash
+	seen := map[core.Hash]bool{}
+	contentRefs(cs, func(_ string, ref core.ChunkRef) error {
 		if !seen[ref.Hash] {
 			seen[ref.Hash] = true
 			hashes = append(hashes, ref.Hash)
@@ -251,7 +252,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 	if err != nil {
 		return err
 	}
-	var want []fsstore.Hash
+	var want []core.Hash
 	for i, h := range hashes {
 		if !have[i] {
 			want = append(want, h)
@@ -277,7 +278,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 
 // Push sends the changeset cs of the local workspace (whose bytes are read
 // at revision cs.To of local) to the home, based on home revision base.
-func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *fsstore.Changeset, hdr PushHeader) (PushResult, error) {
+func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Changeset, hdr PushHeader) (PushResult, error) {
 	sn, err := m.Store.Snapshot(ctx, local, cs.To)
 	if err != nil {
 		return PushResult{}, err
@@ -302,7 +303,7 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *fsstore.C
 	if err != nil {
 		var re *RemoteError
 		if errors.As(err, &re) && re.Body.Code == wire.CodeConflict {
-			return PushResult{}, &fsstore.ConflictError{Base: hdr.Base, Paths: re.Body.Paths}
+			return PushResult{}, &core.ConflictError{Base: hdr.Base, Paths: re.Body.Paths}
 		}
 		return PushResult{}, err
 	}

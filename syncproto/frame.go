@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io"
 
-	"computerd/fsstore"
+	"computerd/core"
 )
 
 // Version is the protocol version this build speaks.
@@ -97,7 +97,7 @@ func (e *Encoder) Header(v any) error {
 }
 
 // Chunk writes one chunk; chunks come before the changeset naming them.
-func (e *Encoder) Chunk(h fsstore.Hash, data []byte) error {
+func (e *Encoder) Chunk(h core.Hash, data []byte) error {
 	if e.state != 1 {
 		return errors.New("sync: chunk outside the chunk section")
 	}
@@ -110,7 +110,7 @@ func (e *Encoder) Chunk(h fsstore.Hash, data []byte) error {
 }
 
 // Changeset writes the changeset.
-func (e *Encoder) Changeset(cs *fsstore.Changeset) error {
+func (e *Encoder) Changeset(cs *core.Changeset) error {
 	if e.state != 1 {
 		return errors.New("sync: changeset out of order")
 	}
@@ -208,7 +208,7 @@ func (d *Decoder) Header(v any) error {
 
 // Next returns the next chunk (verified against its hash) or, once the
 // chunks are done, the changeset; then the trailer is checked.
-func (d *Decoder) Next() (h fsstore.Hash, data []byte, cs *fsstore.Changeset, err error) {
+func (d *Decoder) Next() (h core.Hash, data []byte, cs *core.Changeset, err error) {
 	if d.state != 1 {
 		return h, nil, nil, errors.New("sync: Next after the changeset")
 	}
@@ -230,7 +230,7 @@ func (d *Decoder) Next() (h fsstore.Hash, data []byte, cs *fsstore.Changeset, er
 		d.counted.Bytes += int64(len(data))
 		return h, data, nil, nil
 	case KindChangeset:
-		cs = new(fsstore.Changeset)
+		cs = new(core.Changeset)
 		if err := json.Unmarshal(b, cs); err != nil {
 			return h, nil, nil, malformed("bad changeset: %v", err)
 		}

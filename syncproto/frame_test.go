@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"computerd/fsstore"
+	"computerd/core"
 )
 
 type testHeader struct {
@@ -22,14 +22,14 @@ func validStream(t testing.TB, chunks ...[]byte) []byte {
 	if err := enc.Header(testHeader{Kind: "push", Base: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cs := &fsstore.Changeset{From: 3, To: 4}
+	cs := &core.Changeset{From: 3, To: 4}
 	for i, c := range chunks {
-		h := fsstore.Hash(sha256.Sum256(c))
+		h := core.Hash(sha256.Sum256(c))
 		if err := enc.Chunk(h, c); err != nil {
 			t.Fatal(err)
 		}
-		cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpCreate, Path: string(rune('a' + i)),
-			Content: &fsstore.Content{Size: int64(len(c)), Chunks: []fsstore.ChunkRef{{Index: 0, Hash: h, Len: len(c)}}}})
+		cs.Ops = append(cs.Ops, core.Op{Kind: core.OpCreate, Path: string(rune('a' + i)),
+			Content: &core.Content{Size: int64(len(c)), Chunks: []core.ChunkRef{{Index: 0, Hash: h, Len: len(c)}}}})
 	}
 	if err := enc.Changeset(cs); err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func validStream(t testing.TB, chunks ...[]byte) []byte {
 }
 
 // decodeAll reads a whole stream, returning what it held.
-func decodeAll(b []byte) (testHeader, [][]byte, *fsstore.Changeset, error) {
+func decodeAll(b []byte) (testHeader, [][]byte, *core.Changeset, error) {
 	d := NewDecoder(bytes.NewReader(b))
 	var h testHeader
 	if err := d.Header(&h); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -45,9 +46,9 @@ type PullHeader struct {
 // FetchRequest asks for chunks named by the changeset From..To of a
 // workspace (only those: a caller cannot read chunks it has no path to).
 type FetchRequest struct {
-	From   int64          `json:"from"`
-	To     int64          `json:"to"`
-	Hashes []fsstore.Hash `json:"hashes"`
+	From   int64       `json:"from"`
+	To     int64       `json:"to"`
+	Hashes []core.Hash `json:"hashes"`
 }
 
 // PushHeader opens a push stream.
@@ -57,13 +58,13 @@ type PushHeader struct {
 	Message string `json:"message,omitempty"`
 	// Source of the revision: exec (default) or interrupted (the writes of
 	// a command whose executor died).
-	Source fsstore.Source `json:"source,omitempty"`
+	Source core.Source `json:"source,omitempty"`
 }
 
 // PushResult answers a push.
 type PushResult struct {
-	Revision  fsstore.Revision `json:"revision"`
-	Duplicate bool             `json:"duplicate,omitempty"` // this push id had already been applied
+	Revision  core.Revision `json:"revision"`
+	Duplicate bool          `json:"duplicate,omitempty"` // this push id had already been applied
 }
 
 // Home serves the sync side of a home computerd.
@@ -103,7 +104,7 @@ type chunkSource struct {
 	chunkSize int64
 }
 
-func (c chunkSource) read(ctx context.Context, p string, ref fsstore.ChunkRef, buf []byte) ([]byte, error) {
+func (c chunkSource) read(ctx context.Context, p string, ref core.ChunkRef, buf []byte) ([]byte, error) {
 	f, err := c.sn.Open(ctx, p)
 	if err != nil {
 		return nil, err
@@ -120,13 +121,13 @@ func (c chunkSource) read(ctx context.Context, p string, ref fsstore.ChunkRef, b
 
 // contentRefs lists the chunk refs of a changeset's content ops, with the
 // path to read each from.
-func contentRefs(cs *fsstore.Changeset, fn func(p string, ref fsstore.ChunkRef) error) error {
+func contentRefs(cs *core.Changeset, fn func(p string, ref core.ChunkRef) error) error {
 	for _, op := range cs.Ops {
 		if op.Content == nil {
 			continue
 		}
 		for _, ref := range op.Content.Chunks {
-			if ref.Hash == (fsstore.Hash{}) {
+			if ref.Hash == (core.Hash{}) {
 				continue
 			}
 			if err := fn(op.Path, ref); err != nil {
@@ -138,8 +139,8 @@ func contentRefs(cs *fsstore.Changeset, fn func(p string, ref fsstore.ChunkRef) 
 }
 
 // Pull writes the answer to a pull of ws (Have..head, or the full tree).
-func (h *Home) Pull(ctx context.Context, w io.Writer, ws fsstore.Workspace, req PullRequest) error {
-	sn, err := h.Store.Snapshot(ctx, ws.ID, fsstore.Head)
+func (h *Home) Pull(ctx context.Context, w io.Writer, ws core.Workspace, req PullRequest) error {
+	sn, err := h.Store.Snapshot(ctx, ws.ID, core.Head)
 	if err != nil {
 		return err
 	}
@@ -152,8 +153,8 @@ func (h *Home) Pull(ctx context.Context, w io.Writer, ws fsstore.Workspace, req 
 		return err
 	}
 	hdr := PullHeader{From: req.Have, To: sn.Rev}
-	seen := map[fsstore.Hash]bool{}
-	contentRefs(cs, func(_ string, ref fsstore.ChunkRef) error {
+	seen := map[core.Hash]bool{}
+	contentRefs(cs, func(_ string, ref core.ChunkRef) error {
 		if !seen[ref.Hash] {
 			seen[ref.Hash] = true
 			hdr.NeedBytes += int64(ref.Len)
@@ -181,12 +182,12 @@ func (h *Home) Pull(ctx context.Context, w io.Writer, ws fsstore.Workspace, req 
 
 // sendChunks writes the chunks cs names (only those in want, if not nil),
 // each once, and counts them.
-func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *fsstore.Changeset, want map[fsstore.Hash]bool) (int, int64, error) {
-	sent := map[fsstore.Hash]bool{}
+func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Changeset, want map[core.Hash]bool) (int, int64, error) {
+	sent := map[core.Hash]bool{}
 	buf := make([]byte, src.chunkSize)
 	var n int
 	var bytes int64
-	err := contentRefs(cs, func(p string, ref fsstore.ChunkRef) error {
+	err := contentRefs(cs, func(p string, ref core.ChunkRef) error {
 		if sent[ref.Hash] || (want != nil && !want[ref.Hash]) {
 			return nil
 		}
@@ -209,28 +210,28 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, 
 	if err := enc.Header(PullHeader{To: sn.Rev, Full: true, Inline: true}); err != nil {
 		return err
 	}
-	cs := &fsstore.Changeset{To: sn.Rev}
-	sent := map[fsstore.Hash]bool{}
+	cs := &core.Changeset{To: sn.Rev}
+	sent := map[core.Hash]bool{}
 	buf := make([]byte, src.chunkSize)
 	var nchunks int
 	var nbytes int64
-	err := sn.ReadTree(ctx, "", func(p string, st fsstore.Stat, r io.Reader) error {
+	err := sn.ReadTree(ctx, "", func(p string, st core.Stat, r io.Reader) error {
 		mtime := st.Mtime.UnixNano()
 		switch {
 		case p == "":
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpChmod, Path: "", Mode: st.Mode.Perm()})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpChmod, Path: "", Mode: st.Mode.Perm()})
 			return nil
 		case st.IsDir():
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
 		case r == nil:
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
 		default:
-			content := &fsstore.Content{Size: st.Size}
+			content := &core.Content{Size: st.Size}
 			for idx := int64(0); ; idx++ {
 				n, err := io.ReadFull(r, buf)
 				if n > 0 && !allZero(buf[:n]) {
-					hash := fsstore.Hash(sha256.Sum256(buf[:n]))
-					content.Chunks = append(content.Chunks, fsstore.ChunkRef{Index: idx, Hash: hash, Len: n})
+					hash := core.Hash(sha256.Sum256(buf[:n]))
+					content.Chunks = append(content.Chunks, core.ChunkRef{Index: idx, Hash: hash, Len: n})
 					if !sent[hash] {
 						sent[hash] = true
 						nchunks++
@@ -247,13 +248,13 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, 
 					return err
 				}
 			}
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpCreate, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), Content: content, Mtime: mtime})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpCreate, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), Content: content, Mtime: mtime})
 		}
 		if st.UID != 0 || st.GID != 0 {
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpChown, Path: p, UID: st.UID, GID: st.GID})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpChown, Path: p, UID: st.UID, GID: st.GID})
 		}
 		if st.IsDir() {
-			cs.Ops = append(cs.Ops, fsstore.Op{Kind: fsstore.OpUtimes, Path: p, Mtime: mtime})
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime})
 		}
 		return nil
 	})
@@ -270,7 +271,7 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, 
 func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
 
 // Fetch streams the chunks asked for, all of them named by ws's changeset From..To.
-func (h *Home) Fetch(ctx context.Context, w io.Writer, ws fsstore.Workspace, req FetchRequest) error {
+func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req FetchRequest) error {
 	cs, err := h.Store.Diff(ctx, ws.ID, req.From, req.To)
 	if err != nil {
 		return err
@@ -279,7 +280,7 @@ func (h *Home) Fetch(ctx context.Context, w io.Writer, ws fsstore.Workspace, req
 	if err != nil {
 		return err
 	}
-	want := map[fsstore.Hash]bool{}
+	want := map[core.Hash]bool{}
 	for _, hash := range req.Hashes {
 		want[hash] = true
 	}
@@ -292,7 +293,7 @@ func (h *Home) Fetch(ctx context.Context, w io.Writer, ws fsstore.Workspace, req
 	if err != nil {
 		return err
 	}
-	if err := enc.Changeset(&fsstore.Changeset{From: req.From, To: req.To}); err != nil {
+	if err := enc.Changeset(&core.Changeset{From: req.From, To: req.To}); err != nil {
 		return err
 	}
 	return enc.Close()
@@ -315,7 +316,7 @@ func (h *Home) lock(ws int64) func() {
 
 // Push reads a push stream for ws and applies it as one revision (or finds
 // the revision an earlier attempt with the same push id made).
-func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tenant string) (PushResult, error) {
+func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant string) (PushResult, error) {
 	dec := NewDecoder(r)
 	var hdr PushHeader
 	if err := dec.Header(&hdr); err != nil {
@@ -326,15 +327,15 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 	}
 	switch hdr.Source {
 	case "":
-		hdr.Source = fsstore.SourceSync
-	case fsstore.SourceSync, fsstore.SourceExec, fsstore.SourceInterrupted:
+		hdr.Source = core.SourceSync
+	case core.SourceSync, core.SourceExec, core.SourceInterrupted:
 	default:
 		return PushResult{}, fmt.Errorf("%w: push source %q", ErrMalformed, hdr.Source)
 	}
 	up := h.Store.NewUploader()
 	var nchunks int
 	var nbytes int64
-	var cs *fsstore.Changeset
+	var cs *core.Changeset
 	for cs == nil {
 		hash, data, c, err := dec.Next()
 		if err != nil {
@@ -364,7 +365,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 		if err == nil {
 			return PushResult{Revision: r, Duplicate: true}, nil
 		}
-		if !errors.Is(err, fsstore.ErrUnknownRevision) {
+		if !errors.Is(err, core.ErrUnknownRevision) {
 			return PushResult{}, err
 		}
 		// Pruned since: applied again, as a new push.
@@ -382,7 +383,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws fsstore.Workspace, tena
 }
 
 // storeChunk stores one received chunk; the decoder has checked its hash.
-func storeChunk(ctx context.Context, up *fsstore.Uploader, hash fsstore.Hash, data []byte) error {
+func storeChunk(ctx context.Context, up *fsstore.Uploader, hash core.Hash, data []byte) error {
 	if err := up.PutChunk(ctx, hash, data); err != nil {
 		return fmt.Errorf("%w: chunk %s: %w", ErrMalformed, hash, err)
 	}

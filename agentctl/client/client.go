@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"strings"
 
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // Client calls one computerd as one tenant.
@@ -48,7 +48,7 @@ func IsNotFound(err error) bool {
 // escapePath validates a workspace path and escapes each segment for a
 // URL; "." and ".." never reach the server (whose router would clean them).
 func escapePath(p string) (string, error) {
-	clean, err := fsstore.CleanPath(p)
+	clean, err := core.CleanPath(p)
 	if err != nil {
 		return "", err
 	}
@@ -151,20 +151,20 @@ func revQuery(rev int64) url.Values {
 }
 
 // Workspaces lists the tenant's workspaces.
-func (c *Client) Workspaces(ctx context.Context) ([]fsstore.Workspace, error) {
-	var out []fsstore.Workspace
+func (c *Client) Workspaces(ctx context.Context) ([]core.Workspace, error) {
+	var out []core.Workspace
 	return out, c.call(ctx, "GET", "/v1/workspaces", nil, nil, &out)
 }
 
 // CreateWorkspace makes an empty workspace.
-func (c *Client) CreateWorkspace(ctx context.Context, name string) (fsstore.Workspace, error) {
-	var out fsstore.Workspace
+func (c *Client) CreateWorkspace(ctx context.Context, name string) (core.Workspace, error) {
+	var out core.Workspace
 	return out, c.call(ctx, "POST", "/v1/workspaces", nil, wire.CreateWorkspace{Name: name}, &out)
 }
 
 // Workspace describes one workspace.
-func (c *Client) Workspace(ctx context.Context, name string) (fsstore.Workspace, error) {
-	var out fsstore.Workspace
+func (c *Client) Workspace(ctx context.Context, name string) (core.Workspace, error) {
+	var out core.Workspace
 	return out, c.call(ctx, "GET", wsPath(name), nil, nil, &out)
 }
 
@@ -174,18 +174,18 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
 }
 
 // Fork makes workspace name from src at rev (0: head), copying no bytes.
-func (c *Client) Fork(ctx context.Context, src, name string, rev int64) (fsstore.Workspace, error) {
-	var out fsstore.Workspace
+func (c *Client) Fork(ctx context.Context, src, name string, rev int64) (core.Workspace, error) {
+	var out core.Workspace
 	return out, c.call(ctx, "POST", wsPath(src, "/fork"), nil, wire.Fork{Name: name, Rev: rev}, &out)
 }
 
 // Log lists revisions, newest first (limit 0: all).
-func (c *Client) Log(ctx context.Context, ws string, limit int) ([]fsstore.Revision, error) {
+func (c *Client) Log(ctx context.Context, ws string, limit int) ([]core.Revision, error) {
 	q := url.Values{}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out []fsstore.Revision
+	var out []core.Revision
 	return out, c.call(ctx, "GET", wsPath(ws, "/log"), q, nil, &out)
 }
 
@@ -210,20 +210,20 @@ func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCl
 }
 
 // DiffStat summarises from..to per file.
-func (c *Client) DiffStat(ctx context.Context, ws string, from, to int64) ([]fsstore.FileChange, error) {
-	var out []fsstore.FileChange
+func (c *Client) DiffStat(ctx context.Context, ws string, from, to int64) ([]core.FileChange, error) {
+	var out []core.FileChange
 	return out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "stat"), nil, &out)
 }
 
 // Changeset returns the ops from..to.
-func (c *Client) Changeset(ctx context.Context, ws string, from, to int64) (*fsstore.Changeset, error) {
-	var out fsstore.Changeset
+func (c *Client) Changeset(ctx context.Context, ws string, from, to int64) (*core.Changeset, error) {
+	var out core.Changeset
 	return &out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "changeset"), nil, &out)
 }
 
 // Restore makes p (or the whole tree when p is "") as it was at rev, as a new revision.
-func (c *Client) Restore(ctx context.Context, ws string, rev int64, p string) (fsstore.Revision, error) {
-	var out fsstore.Revision
+func (c *Client) Restore(ctx context.Context, ws string, rev int64, p string) (core.Revision, error) {
+	var out core.Revision
 	return out, c.call(ctx, "POST", wsPath(ws, "/restore"), nil, wire.Restore{Rev: rev, Path: p}, &out)
 }
 
@@ -262,7 +262,7 @@ type WriteOptions struct {
 }
 
 // Write replaces p's contents with r, streaming, as one revision.
-func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt WriteOptions) (fsstore.Revision, error) {
+func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt WriteOptions) (core.Revision, error) {
 	q := url.Values{}
 	if opt.Mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(opt.Mode), 8))
@@ -275,20 +275,20 @@ func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt Write
 	}
 	u, err := fileURL(ws, "/files/", p)
 	if err != nil {
-		return fsstore.Revision{}, err
+		return core.Revision{}, err
 	}
 	resp, err := c.do(ctx, request{method: "PUT", path: u, query: q, body: r, ctype: "application/octet-stream"})
 	if err != nil {
-		return fsstore.Revision{}, err
+		return core.Revision{}, err
 	}
 	defer resp.Body.Close()
-	var out fsstore.Revision
+	var out core.Revision
 	return out, json.NewDecoder(resp.Body).Decode(&out)
 }
 
 // Stat describes p.
-func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (fsstore.Stat, error) {
-	var out fsstore.Stat
+func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (core.Stat, error) {
+	var out core.Stat
 	u, err := fileURL(ws, "/stat/", p)
 	if err != nil {
 		return out, err
@@ -297,12 +297,12 @@ func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (fsstore.Sta
 }
 
 // List returns the entries of directory p (or p itself if it is not one).
-func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bool) ([]fsstore.Stat, error) {
+func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bool) ([]core.Stat, error) {
 	q := revQuery(rev)
 	if recursive {
 		q.Set("recursive", "1")
 	}
-	var out []fsstore.Stat
+	var out []core.Stat
 	u, err := fileURL(ws, "/list/", p)
 	if err != nil {
 		return out, err
@@ -311,8 +311,8 @@ func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bo
 }
 
 // Ops commits a batch of ops as one revision.
-func (c *Client) Ops(ctx context.Context, ws string, batch wire.Ops) (fsstore.Revision, error) {
-	var out fsstore.Revision
+func (c *Client) Ops(ctx context.Context, ws string, batch wire.Ops) (core.Revision, error) {
+	var out core.Revision
 	return out, c.call(ctx, "POST", wsPath(ws, "/ops"), nil, batch, &out)
 }
 
@@ -444,39 +444,39 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 // Exec runs a command in a sandbox and calls fn with each event as it
 // arrives; it returns the exec's record from the exit event. A retry with
 // the same req.Key returns the recorded result (or attaches to the run).
-func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (core.Exec, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return fsstore.Exec{}, err
+		return core.Exec{}, err
 	}
 	resp, err := c.do(ctx, request{method: "POST", path: wsPath(ws, "/exec"), body: bytes.NewReader(b), ctype: "application/json"})
 	if err != nil {
-		return fsstore.Exec{}, err
+		return core.Exec{}, err
 	}
 	return readEvents(resp, fn)
 }
 
 // FollowExec streams the events of exec id from its start.
-func (c *Client) FollowExec(ctx context.Context, ws, id string, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+func (c *Client) FollowExec(ctx context.Context, ws, id string, fn func(wire.ExecEvent) error) (core.Exec, error) {
 	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/execs/", url.PathEscape(id), "/events")})
 	if err != nil {
-		return fsstore.Exec{}, err
+		return core.Exec{}, err
 	}
 	return readEvents(resp, fn)
 }
 
-func readEvents(resp *http.Response, fn func(wire.ExecEvent) error) (fsstore.Exec, error) {
+func readEvents(resp *http.Response, fn func(wire.ExecEvent) error) (core.Exec, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	for sc.Scan() {
 		var ev wire.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fsstore.Exec{}, fmt.Errorf("exec: bad event: %w", err)
+			return core.Exec{}, fmt.Errorf("exec: bad event: %w", err)
 		}
 		if fn != nil {
 			if err := fn(ev); err != nil {
-				return fsstore.Exec{}, err
+				return core.Exec{}, err
 			}
 		}
 		if ev.Type == "exit" && ev.Exec != nil {
@@ -484,24 +484,24 @@ func readEvents(resp *http.Response, fn func(wire.ExecEvent) error) (fsstore.Exe
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fsstore.Exec{}, fmt.Errorf("exec: event stream cut: %w", err)
+		return core.Exec{}, fmt.Errorf("exec: event stream cut: %w", err)
 	}
-	return fsstore.Exec{}, errors.New("exec: event stream ended without an exit event")
+	return core.Exec{}, errors.New("exec: event stream ended without an exit event")
 }
 
 // Execs lists a workspace's execs, newest first.
-func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]fsstore.Exec, error) {
+func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]core.Exec, error) {
 	q := url.Values{}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out []fsstore.Exec
+	var out []core.Exec
 	return out, c.call(ctx, "GET", wsPath(ws, "/execs"), q, nil, &out)
 }
 
 // ExecRecord returns one exec's journal record.
-func (c *Client) ExecRecord(ctx context.Context, ws, id string) (fsstore.Exec, error) {
-	var out fsstore.Exec
+func (c *Client) ExecRecord(ctx context.Context, ws, id string) (core.Exec, error) {
+	var out core.Exec
 	return out, c.call(ctx, "GET", wsPath(ws, "/execs/", url.PathEscape(id)), nil, nil, &out)
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"computerd/agentctl/client"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // DefaultServer is where agentctl looks for computerd unless told otherwise.
@@ -170,7 +170,7 @@ func output(c *cli.Context, v any, human func(w io.Writer)) error {
 }
 
 // revision reports a committed revision.
-func revision(c *cli.Context, rev fsstore.Revision) error {
+func revision(c *cli.Context, rev core.Revision) error {
 	return output(c, rev, func(w io.Writer) {
 		if rev.Rev == 0 {
 			fmt.Fprintln(w, "nothing changed")
@@ -387,16 +387,16 @@ func grep(c *cli.Context) error {
 func remove(c *cli.Context) error {
 	cl := clientOf(c)
 	ws := c.Args().First()
-	var ops []fsstore.Op
+	var ops []core.Op
 	for _, p := range c.Args().Tail() {
 		if c.Bool("recursive") {
 			// delete_all ignores a missing path; rm -r does not.
 			if _, err := cl.Stat(c.Context, ws, p, 0); err != nil {
 				return err
 			}
-			ops = append(ops, fsstore.Op{Kind: fsstore.OpDeleteAll, Path: p})
+			ops = append(ops, core.Op{Kind: core.OpDeleteAll, Path: p})
 		} else {
-			ops = append(ops, fsstore.Op{Kind: fsstore.OpDelete, Path: p})
+			ops = append(ops, core.Op{Kind: core.OpDelete, Path: p})
 		}
 	}
 	rev, err := cl.Ops(c.Context, ws, wire.Ops{Ops: ops})
@@ -409,10 +409,10 @@ func remove(c *cli.Context) error {
 func mkdir(c *cli.Context) error {
 	cl := clientOf(c)
 	ws := c.Args().First()
-	var ops []fsstore.Op
+	var ops []core.Op
 	seen := map[string]bool{}
 	for _, p := range c.Args().Tail() {
-		clean, err := fsstore.CleanPath(p)
+		clean, err := core.CleanPath(p)
 		if err != nil {
 			return err
 		}
@@ -437,11 +437,11 @@ func mkdir(c *cli.Context) error {
 					return err
 				}
 			}
-			ops = append(ops, fsstore.Op{Kind: fsstore.OpMkdir, Path: d, Mode: 0o755})
+			ops = append(ops, core.Op{Kind: core.OpMkdir, Path: d, Mode: 0o755})
 		}
 	}
 	if len(ops) == 0 {
-		return revision(c, fsstore.Revision{})
+		return revision(c, core.Revision{})
 	}
 	rev, err := cl.Ops(c.Context, ws, wire.Ops{Ops: ops})
 	if err != nil {
@@ -451,8 +451,8 @@ func mkdir(c *cli.Context) error {
 }
 
 func move(c *cli.Context) error {
-	op := fsstore.Op{Kind: fsstore.OpRename, From: c.Args().Get(1), Path: c.Args().Get(2), NoReplace: c.Bool("no-clobber")}
-	rev, err := clientOf(c).Ops(c.Context, c.Args().Get(0), wire.Ops{Ops: []fsstore.Op{op}})
+	op := core.Op{Kind: core.OpRename, From: c.Args().Get(1), Path: c.Args().Get(2), NoReplace: c.Bool("no-clobber")}
+	rev, err := clientOf(c).Ops(c.Context, c.Args().Get(0), wire.Ops{Ops: []core.Op{op}})
 	if err != nil {
 		return err
 	}
@@ -504,7 +504,7 @@ func diff(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		return output(c, files, func(w io.Writer) { fsstore.WriteStat(w, files) })
+		return output(c, files, func(w io.Writer) { core.WriteStat(w, files) })
 	}
 	body, err := cl.Diff(c.Context, c.Args().First(), from, to)
 	if err != nil {

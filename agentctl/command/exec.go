@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 func execCommands() []*cli.Command {
@@ -124,7 +124,7 @@ func printEvent(c *cli.Context, enc *json.Encoder, asJSON bool, ev wire.ExecEven
 
 // execResult reports how an exec ended and turns it into agentctl's exit
 // status: the command's, or 128+signal.
-func execResult(c *cli.Context, rec fsstore.Exec) error {
+func execResult(c *cli.Context, rec core.Exec) error {
 	if !c.Bool("json") {
 		var notes []string
 		if rec.Rev > 0 {
@@ -146,7 +146,7 @@ func execResult(c *cli.Context, rec fsstore.Exec) error {
 			fmt.Fprintf(c.App.ErrWriter, "agentctl: exec %s: %s\n", rec.ID, strings.Join(notes, "; "))
 		}
 	}
-	if rec.State == fsstore.ExecFailed && rec.ExitCode == 0 {
+	if rec.State == core.ExecFailed && rec.ExitCode == 0 {
 		return &ExitError{Code: 1}
 	}
 	if rec.ExitCode != 0 {

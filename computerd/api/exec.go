@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"computerd/computerd/runner"
-	"computerd/computerd/sandbox"
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 func (s *Server) execRoutes() []route {
@@ -64,7 +63,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	rec, err := run.Start(r.Context(), runner.Request{
 		Workspace: ws, Tenant: tenantOf(r.Context()), Argv: req.Argv, Cwd: req.Cwd, Env: req.Env,
 		Stdin: req.Stdin, Key: key, Timeout: timeout,
-		Limits:   sandbox.Limits{Memory: req.Memory, Pids: req.Pids, CPUs: req.CPUs},
+		Limits:   core.Limits{Memory: req.Memory, Pids: req.Pids, CPUs: req.CPUs},
 		HomeBase: homeRev,
 	})
 	if err != nil {
@@ -104,14 +103,14 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string)
 }
 
 // execOf finds exec {id} of workspace {ws}.
-func (s *Server) execOf(r *http.Request) (fsstore.Exec, error) {
+func (s *Server) execOf(r *http.Request) (core.Exec, error) {
 	ws, err := s.workspace(r)
 	if err != nil {
-		return fsstore.Exec{}, err
+		return core.Exec{}, err
 	}
 	rec, err := s.Store.ExecByID(r.Context(), r.PathValue("id"))
 	if err == nil && rec.WS != ws.ID {
-		err = fmt.Errorf("exec %s: %w", r.PathValue("id"), fsstore.ErrNotFound)
+		err = fmt.Errorf("exec %s: %w", r.PathValue("id"), core.ErrNotFound)
 	}
 	return rec, err
 }
@@ -158,7 +157,7 @@ func (s *Server) killExec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := run.Kill(rec.ID); err != nil {
-		if errors.Is(err, fsstore.ErrNotFound) {
+		if errors.Is(err, core.ErrNotFound) {
 			return &httpError{status: http.StatusConflict, code: wire.CodeExists, msg: fmt.Sprintf("exec %s is not running (%s)", rec.ID, rec.State)}
 		}
 		return err

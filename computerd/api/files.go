@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // readFile streams a file. ?line=N&lines=M selects M lines from line N
@@ -29,7 +30,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if st.IsDir() {
-		return &fsstore.PathError{Op: "read", Path: p, Err: fsstore.ErrIsDir}
+		return &core.PathError{Op: "read", Path: p, Err: core.ErrIsDir}
 	}
 	if st.Mode&fs.ModeSymlink != 0 {
 		return badRequest("read %s: a symlink to %q (the store does not follow symlinks)", p, st.Target)
@@ -90,7 +91,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	p, err := fsstore.CleanPath(r.PathValue("path"))
+	p, err := core.CleanPath(r.PathValue("path"))
 	if err != nil {
 		drain(r.Body)
 		return err
@@ -112,7 +113,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var b fsstore.Batch
+	var b core.Batch
 	if r.URL.Query().Get("parents") != "0" {
 		if err := s.addParents(r, ws, p, &b); err != nil {
 			drain(r.Body)
@@ -128,7 +129,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	b.Add(fsstore.Op{Kind: fsstore.OpCreate, Path: p, Mode: mode, Content: content})
+	b.Add(core.Op{Kind: core.OpCreate, Path: p, Mode: mode, Content: content})
 	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, base, "write "+p))
 	if err != nil {
 		return err
@@ -137,8 +138,8 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 // addParents adds a mkdir to b for each missing ancestor of p at the head.
-func (s *Server) addParents(r *http.Request, ws fsstore.Workspace, p string, b *fsstore.Batch) error {
-	sn, err := s.Store.Snapshot(r.Context(), ws.ID, fsstore.Head)
+func (s *Server) addParents(r *http.Request, ws core.Workspace, p string, b *core.Batch) error {
+	sn, err := s.Store.Snapshot(r.Context(), ws.ID, core.Head)
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func (s *Server) addParents(r *http.Request, ws fsstore.Workspace, p string, b *
 	for i := range parts {
 		anc := strings.Join(parts[:i+1], "/")
 		_, err := sn.Stat(r.Context(), anc)
-		if errors.Is(err, fsstore.ErrNotFound) {
+		if errors.Is(err, core.ErrNotFound) {
 			for j := i; j < len(parts); j++ {
 				b.Mkdir(strings.Join(parts[:j+1], "/"), 0o755)
 			}
@@ -183,7 +184,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p, err := fsstore.CleanPath(r.PathValue("path"))
+	p, err := core.CleanPath(r.PathValue("path"))
 	if err != nil {
 		return err
 	}
@@ -191,19 +192,19 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []fsstore.Stat{}
+	out := []core.Stat{}
 	switch {
 	case !st.IsDir():
 		out = append(out, st)
 	case boolParam(r, "recursive"):
-		err = sn.Walk(r.Context(), p, func(q string, st fsstore.Stat) error {
+		err = sn.Walk(r.Context(), p, func(q string, st core.Stat) error {
 			if q != p {
 				out = append(out, st)
 			}
 			return nil
 		})
 	default:
-		var ents []fsstore.Stat
+		var ents []core.Stat
 		if ents, err = sn.ReadDirStat(r.Context(), st.Ino); err != nil {
 			return err
 		}
@@ -236,7 +237,7 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	if msg == "" {
 		msg = describeOps(req.Ops)
 	}
-	rev, err := s.Store.Commit(r.Context(), ws.ID, &fsstore.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
+	rev, err := s.Store.Commit(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
 	if err != nil {
 		return err
 	}
@@ -244,7 +245,7 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 }
 
 // describeOps is the default message of a batch: its first op and a count.
-func describeOps(ops []fsstore.Op) string {
+func describeOps(ops []core.Op) string {
 	d := ops[0].String()
 	if len(ops) > 1 {
 		d += fmt.Sprintf(" (+%d more)", len(ops)-1)
@@ -270,7 +271,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sn, err := s.Store.Snapshot(r.Context(), ws.ID, fsstore.Head)
+	sn, err := s.Store.Snapshot(r.Context(), ws.ID, core.Head)
 	if err != nil {
 		return err
 	}
@@ -286,8 +287,8 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("edit %s: the old string matches %d times; give more context to make it unique, or use --all", req.Path, n)
 	}
 	data = bytes.ReplaceAll(data, []byte(req.Old), []byte(req.New))
-	var b fsstore.Batch
-	b.Add(fsstore.Op{Kind: fsstore.OpCreate, Path: req.Path, Data: data})
+	var b core.Batch
+	b.Add(core.Op{Kind: core.OpCreate, Path: req.Path, Data: data})
 	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, sn.Rev, "edit "+req.Path))
 	if err != nil {
 		return err
@@ -304,7 +305,7 @@ func (s *Server) readWhole(r *http.Request, sn *fsstore.Snapshot, p string) ([]b
 		return nil, err
 	}
 	if st.IsDir() {
-		return nil, &fsstore.PathError{Op: "edit", Path: p, Err: fsstore.ErrIsDir}
+		return nil, &core.PathError{Op: "edit", Path: p, Err: core.ErrIsDir}
 	}
 	if !st.Mode.IsRegular() {
 		return nil, badRequest("edit %s: not a regular file", p)

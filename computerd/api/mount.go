@@ -4,13 +4,13 @@ import (
 	"context"
 	"net/http"
 
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // Mounter serves workspaces as directories on the daemon's host.
 type Mounter interface {
-	Mount(ctx context.Context, tenant string, ws fsstore.Workspace, dir string) (wire.MountInfo, error)
+	Mount(ctx context.Context, tenant string, ws core.Workspace, dir string) (wire.MountInfo, error)
 	Unmount(ctx context.Context, tenant, dir string) error
 	Mounts(tenant string) []wire.MountInfo
 }

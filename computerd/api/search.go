@@ -12,8 +12,8 @@ import (
 	"regexp"
 	"strings"
 
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // matchGlob matches a slash-separated path against pattern, where each
@@ -79,7 +79,7 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	root, err := fsstore.CleanPath(r.URL.Query().Get("path"))
+	root, err := core.CleanPath(r.URL.Query().Get("path"))
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("type=%q: want f, d or l", typ)
 	}
 	out := []string{}
-	err = sn.Walk(r.Context(), root, func(p string, st fsstore.Stat) error {
+	err = sn.Walk(r.Context(), root, func(p string, st core.Stat) error {
 		if p == root && st.IsDir() {
 			return nil
 		}
@@ -156,7 +156,7 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	root, err := fsstore.CleanPath(q.Get("path"))
+	root, err := core.CleanPath(q.Get("path"))
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	enc := json.NewEncoder(bw)
 	found := 0
 	var buf bytes.Buffer
-	err = sn.ReadTree(r.Context(), root, func(p string, st fsstore.Stat, body io.Reader) error {
+	err = sn.ReadTree(r.Context(), root, func(p string, st core.Stat, body io.Reader) error {
 		if body == nil || !match(relTo(root, p)) {
 			return nil
 		}

@@ -18,9 +18,10 @@ import (
 
 	"computerd/computerd/metrics"
 	"computerd/computerd/runner"
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
+	"computerd/wire"
 )
 
 // Limits bound what one caller can ask for.
@@ -196,7 +197,7 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 		check = s.Authenticate
 	}
 	tenant, err := check(r.Context(), strings.TrimSpace(secret))
-	if errors.Is(err, fsstore.ErrBadToken) {
+	if errors.Is(err, core.ErrBadToken) {
 		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "invalid or revoked token"}
 	}
 	return tenant, err
@@ -227,14 +228,14 @@ func statusOf(err error) int {
 		return re.Status
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, fsstore.ErrNotFound), errors.Is(err, fsstore.ErrWorkspaceNotFound), errors.Is(err, fsstore.ErrUnknownRevision):
+	case errors.Is(err, core.ErrNotFound), errors.Is(err, core.ErrWorkspaceNotFound), errors.Is(err, core.ErrUnknownRevision):
 		return http.StatusNotFound
-	case errors.Is(err, fsstore.ErrExists), errors.Is(err, fsstore.ErrWorkspaceExists), errors.Is(err, fsstore.ErrConflict):
+	case errors.Is(err, core.ErrExists), errors.Is(err, core.ErrWorkspaceExists), errors.Is(err, core.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, fsstore.ErrNotDir), errors.Is(err, fsstore.ErrIsDir), errors.Is(err, fsstore.ErrNotEmpty),
-		errors.Is(err, fsstore.ErrInvalidPath), errors.Is(err, fsstore.ErrInvalidArgument):
+	case errors.Is(err, core.ErrNotDir), errors.Is(err, core.ErrIsDir), errors.Is(err, core.ErrNotEmpty),
+		errors.Is(err, core.ErrInvalidPath), errors.Is(err, core.ErrInvalidArgument):
 		return http.StatusBadRequest
-	case errors.Is(err, fsstore.ErrClosed), errors.Is(err, context.Canceled):
+	case errors.Is(err, core.ErrClosed), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -244,7 +245,7 @@ func writeError(w http.ResponseWriter, err error) {
 	status := statusOf(err)
 	body := wire.Error{Message: err.Error()}
 	var he *httpError
-	var ce *fsstore.ConflictError
+	var ce *core.ConflictError
 	var re *syncproto.RemoteError
 	switch {
 	case errors.As(err, &he):
@@ -300,7 +301,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 
 // workspace resolves {ws} among the caller's workspaces. Another tenant's
 // workspace is not found, so names do not leak.
-func (s *Server) workspace(r *http.Request) (fsstore.Workspace, error) {
+func (s *Server) workspace(r *http.Request) (core.Workspace, error) {
 	return s.Store.Workspace(r.Context(), tenantOf(r.Context()), r.PathValue("ws"))
 }
 
@@ -331,7 +332,7 @@ func (s *Server) snapshot(r *http.Request) (*fsstore.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	rev, err := intParam(r, "rev", fsstore.Head)
+	rev, err := intParam(r, "rev", core.Head)
 	if err != nil {
 		return nil, err
 	}
@@ -340,11 +341,11 @@ func (s *Server) snapshot(r *http.Request) (*fsstore.Snapshot, error) {
 
 // commitInfo is the record of an API mutation by the caller.
 func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo {
-	return fsstore.CommitInfo{Source: fsstore.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message}
+	return fsstore.CommitInfo{Source: core.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message}
 }
 
 // answerRevision reports a committed revision.
-func (s *Server) answerRevision(w http.ResponseWriter, status int, rev fsstore.Revision) error {
+func (s *Server) answerRevision(w http.ResponseWriter, status int, rev core.Revision) error {
 	s.Metrics.Committed(rev)
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
 	return writeJSON(w, status, rev)

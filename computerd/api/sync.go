@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"computerd/fsstore"
+	"computerd/core"
 	"computerd/syncproto"
 )
 
@@ -55,21 +55,21 @@ func (s *Server) observeSync(op string, start time.Time) {
 
 func (s *Server) syncPull(w http.ResponseWriter, r *http.Request) error {
 	var req syncproto.PullRequest
-	return syncStream(s, w, r, "pull", &req, func(ws fsstore.Workspace) error {
+	return syncStream(s, w, r, "pull", &req, func(ws core.Workspace) error {
 		return s.syncHome().Pull(r.Context(), w, ws, req)
 	})
 }
 
 func (s *Server) syncFetch(w http.ResponseWriter, r *http.Request) error {
 	var req syncproto.FetchRequest
-	return syncStream(s, w, r, "fetch", &req, func(ws fsstore.Workspace) error {
+	return syncStream(s, w, r, "fetch", &req, func(ws core.Workspace) error {
 		return s.syncHome().Fetch(r.Context(), w, ws, req)
 	})
 }
 
 // syncStream answers a sync call that takes a JSON request and streams
 // frames: version check, request body into req, workspace, then serve.
-func syncStream(s *Server, w http.ResponseWriter, r *http.Request, op string, req any, serve func(fsstore.Workspace) error) error {
+func syncStream(s *Server, w http.ResponseWriter, r *http.Request, op string, req any, serve func(core.Workspace) error) error {
 	defer s.observeSync(op, time.Now())
 	if err := versionError(r); err != nil {
 		return err

@@ -13,8 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // export streams ?path= (default the root) at ?rev= as a tar archive
@@ -24,7 +25,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	root, err := fsstore.CleanPath(r.URL.Query().Get("path"))
+	root, err := core.CleanPath(r.URL.Query().Get("path"))
 	if err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	}
 	bw := bufio.NewWriterSize(out, 256<<10)
 	tw := tar.NewWriter(bw)
-	err = sn.ReadTree(r.Context(), root, func(p string, st fsstore.Stat, body io.Reader) error {
+	err = sn.ReadTree(r.Context(), root, func(p string, st core.Stat, body io.Reader) error {
 		name := relTo(root, p)
 		if name == "" {
 			if st.IsDir() {
@@ -92,7 +93,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	into, err := fsstore.CleanPath(r.URL.Query().Get("into"))
+	into, err := core.CleanPath(r.URL.Query().Get("into"))
 	if err != nil {
 		drain(r.Body)
 		return err
@@ -191,7 +192,7 @@ func tarName(name string) (string, error) {
 	if strings.HasPrefix(name, "/") {
 		return "", badRequest("attach: absolute path %q in archive", name)
 	}
-	p, err := fsstore.CleanPath(name)
+	p, err := core.CleanPath(name)
 	if err != nil {
 		return "", badRequest("attach: bad path %q in archive: %v", name, err)
 	}
@@ -205,7 +206,7 @@ func tarError(err error) error {
 	if errors.As(err, &mbe) {
 		return err
 	}
-	if errors.Is(err, fsstore.ErrInvalidPath) || errors.Is(err, fsstore.ErrInvalidArgument) {
+	if errors.Is(err, core.ErrInvalidPath) || errors.Is(err, core.ErrInvalidArgument) {
 		return err
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, tar.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) {

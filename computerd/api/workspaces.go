@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"sync"
 
-	"computerd/computerd/wire"
-	"computerd/fsstore"
+	"computerd/core"
+	"computerd/wire"
 )
 
 // createMu makes the per-tenant workspace count check and the create one step.
@@ -18,7 +18,7 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if list == nil {
-		list = []fsstore.Workspace{}
+		list = []core.Workspace{}
 	}
 	return writeJSON(w, http.StatusOK, list)
 }
@@ -50,7 +50,7 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.Metrics.Committed(fsstore.Revision{Rev: 1, Source: fsstore.SourceCreate})
+	s.Metrics.Committed(core.Revision{Rev: 1, Source: core.SourceCreate})
 	return writeJSON(w, http.StatusCreated, ws)
 }
 
@@ -109,7 +109,7 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if revs == nil {
-		revs = []fsstore.Revision{}
+		revs = []core.Revision{}
 	}
 	return writeJSON(w, http.StatusOK, revs)
 }
@@ -125,7 +125,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if to == fsstore.Head {
+	if to == core.Head {
 		to = ws.Head
 	}
 	from, err := intParam(r, "from", max(to-1, 1))
@@ -144,7 +144,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if files == nil {
-			files = []fsstore.FileChange{}
+			files = []core.FileChange{}
 		}
 		return writeJSON(w, http.StatusOK, files)
 	case "changeset":
@@ -171,7 +171,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	info := commitInfo(r, 0, fmt.Sprintf("restore %s from revision %d", displayPath(req.Path), req.Rev))
-	info.Source = fsstore.SourceRestore
+	info.Source = core.SourceRestore
 	rev, err := s.Store.Restore(r.Context(), ws.ID, req.Rev, req.Path, info)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -75,10 +76,10 @@ func withStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
 }
 
 // workspaceArg resolves the workspace named by argument i.
-func workspaceArg(c *cli.Context, s *fsstore.Store, i int) (fsstore.Workspace, error) {
+func workspaceArg(c *cli.Context, s *fsstore.Store, i int) (core.Workspace, error) {
 	name := c.Args().Get(i)
 	if name == "" {
-		return fsstore.Workspace{}, fmt.Errorf("missing workspace argument")
+		return core.Workspace{}, fmt.Errorf("missing workspace argument")
 	}
 	return s.Workspace(c.Context, c.String("tenant"), name)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -55,14 +56,14 @@ func storeImport(c *cli.Context, s *fsstore.Store) error {
 		return fmt.Errorf("usage: computerd store import WS DIR")
 	}
 	w, err := s.Workspace(c.Context, c.String("tenant"), name)
-	if errors.Is(err, fsstore.ErrWorkspaceNotFound) {
+	if errors.Is(err, core.ErrWorkspaceNotFound) {
 		w, err = s.CreateWorkspace(c.Context, c.String("tenant"), name)
 	}
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	rev, err := s.ImportDir(c.Context, w.ID, dir, c.Bool("replace"), fsstore.CommitInfo{Source: fsstore.SourceAPI, Message: "import " + dir}, nil)
+	rev, err := s.ImportDir(c.Context, w.ID, dir, c.Bool("replace"), fsstore.CommitInfo{Source: core.SourceAPI, Message: "import " + dir}, nil)
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func storeLog(c *cli.Context, s *fsstore.Store) error {
 }
 
 // printLog prints revisions one per line, newest first.
-func printLog(w io.Writer, log []fsstore.Revision) {
+func printLog(w io.Writer, log []core.Revision) {
 	for _, r := range log {
 		line := fmt.Sprintf("%d\t%s\t%s", r.Rev, r.Time.Format(time.RFC3339), r.Source)
 		if r.ExecID != "" {
@@ -127,7 +128,7 @@ func storeDiff(c *cli.Context, s *fsstore.Store) error {
 		if err != nil {
 			return err
 		}
-		return output(c, files, func(out io.Writer) { fsstore.WriteStat(out, files) })
+		return output(c, files, func(out io.Writer) { core.WriteStat(out, files) })
 	}
 	return s.WriteDiff(c.Context, c.App.Writer, w.ID, r1, r2)
 }

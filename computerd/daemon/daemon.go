@@ -19,6 +19,7 @@ import (
 	"computerd/computerd/metrics"
 	"computerd/computerd/runner"
 	"computerd/computerd/sandbox"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// NoExec turns sandboxed exec off (it needs root, cgroup v2 and /dev/fuse).
 	NoExec bool
 	// SandboxLimits are the default container limits (zero: sandbox defaults).
-	SandboxLimits sandbox.Limits
+	SandboxLimits core.Limits
 	// SandboxHelper is the computerd-sandbox binary that runs the
 	// containers (see sandbox.Manager.Helper); empty runs them in-process.
 	SandboxHelper string
@@ -121,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Metrics.WatchStore(d.Store)
 	d.mounts = newMounts(cfg.DataDir, d.Store, d.Metrics, cfg.Log)
 	d.mounts.cleanupStale()
-	d.Store.OnCommit = func(ws int64, _ fsstore.Revision) { d.mounts.changed(ws) }
+	d.Store.OnCommit = func(ws int64, _ core.Revision) { d.mounts.changed(ws) }
 	if !cfg.NoExec {
 		if err := d.startRunner(ctx, remote); err != nil {
 			d.closeStore()

@@ -13,6 +13,7 @@ import (
 
 	"computerd/agentctl/client"
 	"computerd/computerd/runner"
+	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -88,13 +89,13 @@ func (x *executor) authenticate(ctx context.Context, secret string) (string, err
 	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret}).Hello(ctx)
 	var re *syncproto.RemoteError
 	if errors.As(err, &re) && re.Status == http.StatusUnauthorized {
-		return "", fsstore.ErrBadToken
+		return "", core.ErrBadToken
 	}
 	if err != nil {
 		return "", fmt.Errorf("check token with the home: %w", err)
 	}
 	if h.Tenant != x.hello.Tenant {
-		return "", fmt.Errorf("this executor serves tenant %q, the token is %q's: %w", x.hello.Tenant, h.Tenant, fsstore.ErrBadToken)
+		return "", fmt.Errorf("this executor serves tenant %q, the token is %q's: %w", x.hello.Tenant, h.Tenant, core.ErrBadToken)
 	}
 	x.mu.Lock()
 	x.known[key] = knownToken{tenant: h.Tenant, until: time.Now().Add(time.Minute)}

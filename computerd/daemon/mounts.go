@@ -14,8 +14,9 @@ import (
 
 	"computerd/computerd/fusefs"
 	"computerd/computerd/metrics"
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // mounts are the host mounts (agentctl mount) this daemon serves. Their
@@ -34,7 +35,7 @@ type mounts struct {
 
 type hostMount struct {
 	m       *fusefs.Mount
-	ws      fsstore.Workspace
+	ws      core.Workspace
 	pending chan struct{} // a refresh is queued (capacity 1)
 }
 
@@ -76,28 +77,28 @@ func (ms *mounts) save() {
 // checkDir accepts an absolute, existing, empty directory outside the data dir.
 func (ms *mounts) checkDir(dir string) (string, error) {
 	if !filepath.IsAbs(dir) {
-		return "", fmt.Errorf("mount dir %q: want an absolute path: %w", dir, fsstore.ErrInvalidArgument)
+		return "", fmt.Errorf("mount dir %q: want an absolute path: %w", dir, core.ErrInvalidArgument)
 	}
 	dir = filepath.Clean(dir)
 	if rel, err := filepath.Rel(ms.dataDir, dir); err == nil && !strings.HasPrefix(rel, "..") {
-		return "", fmt.Errorf("mount dir %s is inside the data directory: %w", dir, fsstore.ErrInvalidArgument)
+		return "", fmt.Errorf("mount dir %s is inside the data directory: %w", dir, core.ErrInvalidArgument)
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("mount dir: %w: %w", err, fsstore.ErrInvalidArgument)
+		return "", fmt.Errorf("mount dir: %w: %w", err, core.ErrInvalidArgument)
 	}
 	if len(ents) > 0 {
-		return "", fmt.Errorf("mount dir %s is not empty: %w", dir, fsstore.ErrInvalidArgument)
+		return "", fmt.Errorf("mount dir %s is not empty: %w", dir, core.ErrInvalidArgument)
 	}
 	return dir, nil
 }
 
 // Mount serves ws at dir.
-func (ms *mounts) Mount(ctx context.Context, tenant string, ws fsstore.Workspace, dir string) (wire.MountInfo, error) {
+func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, dir string) (wire.MountInfo, error) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if _, busy := ms.byDir[filepath.Clean(dir)]; busy {
-		return wire.MountInfo{}, fmt.Errorf("%s is already a mount: %w", dir, fsstore.ErrExists)
+		return wire.MountInfo{}, fmt.Errorf("%s is already a mount: %w", dir, core.ErrExists)
 	}
 	dir, err := ms.checkDir(dir)
 	if err != nil {
@@ -105,11 +106,11 @@ func (ms *mounts) Mount(ctx context.Context, tenant string, ws fsstore.Workspace
 	}
 	m, err := fusefs.Open(dir, fusefs.Options{
 		Store: ms.store, Workspace: ws.ID,
-		Info:     fsstore.CommitInfo{Source: fsstore.SourceMount, Tenant: tenant, Message: "mount " + dir},
+		Info:     fsstore.CommitInfo{Source: core.SourceMount, Tenant: tenant, Message: "mount " + dir},
 		SpoolDir: filepath.Join(ms.dataDir, "run", "spool"),
 		// Its own commits reach the workspace's other mounts; itself it
 		// leaves alone (a refresh would commit its pending writes early).
-		OnCommit: func(r fsstore.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },
+		OnCommit: func(r core.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },
 	})
 	if err != nil {
 		return wire.MountInfo{}, err
@@ -135,7 +136,7 @@ func (ms *mounts) Unmount(ctx context.Context, tenant, dir string) error {
 	h, ok := ms.byDir[dir]
 	if !ok || h.ws.Tenant != tenant {
 		ms.mu.Unlock()
-		return fmt.Errorf("%s is not a mount of yours: %w", dir, fsstore.ErrNotFound)
+		return fmt.Errorf("%s is not a mount of yours: %w", dir, core.ErrNotFound)
 	}
 	delete(ms.byDir, dir)
 	ms.save()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -32,7 +33,7 @@ func storeFile(t *testing.T, st *fsstore.Store, ws int64, p string) (string, boo
 		t.Fatal(err)
 	}
 	b, err := sn.ReadFile(bg, p)
-	if errors.Is(err, fsstore.ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return "", false
 	} else if err != nil {
 		t.Fatal(err)
@@ -59,8 +60,8 @@ func mustRead(t *testing.T, p string) string {
 func TestHostCommitOneRevision(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	var committed []fsstore.Revision
-	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, OnCommit: func(r fsstore.Revision) { committed = append(committed, r) }})
+	var committed []core.Revision
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, OnCommit: func(r core.Revision) { committed = append(committed, r) }})
 	h0 := head(t, st, w.ID)
 	if _, changed, err := m.Commit(bg); err != nil || changed {
 		t.Fatalf("empty commit: changed %v err %v", changed, err)
@@ -74,7 +75,7 @@ func TestHostCommitOneRevision(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("commit: changed %v err %v", changed, err)
 	}
-	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != fsstore.SourceMount {
+	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != core.SourceMount {
 		t.Fatalf("rev %+v head %d, want one mount revision after %d", rev, head(t, st, w.ID), h0)
 	}
 	if got, _ := storeFile(t, st, w.ID, "d/g"); got != "one" {
@@ -156,13 +157,13 @@ func TestQuietPeriodCommits(t *testing.T) {
 func TestExecCommitsExactlyOnce(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	base, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("keep", []byte("k"), 0).WriteFile("edit", []byte("old"), 0).WriteFile("del", []byte("d"), 0), fsstore.CommitInfo{})
+	base, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("keep", []byte("k"), 0).WriteFile("edit", []byte("old"), 0).WriteFile("del", []byte("d"), 0), fsstore.CommitInfo{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Someone else moves the head on after the exec's base: the exec must
 	// still see its base, and commit on top without conflict.
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("other", []byte("o"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("other", []byte("o"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, BaseRev: base.Rev, Exec: true,
@@ -187,7 +188,7 @@ func TestExecCommitsExactlyOnce(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("commit %v %v", changed, err)
 	}
-	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != fsstore.SourceExec || rev.ExecID != "x1" {
+	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != core.SourceExec || rev.ExecID != "x1" {
 		t.Fatalf("rev %+v, head %d: want one exec revision after %d", rev, head(t, st, w.ID), h0)
 	}
 	files, err := st.DiffFiles(bg, w.ID, h0, rev.Rev)
@@ -245,7 +246,7 @@ func TestExecNoChangeNoRevision(t *testing.T) {
 func TestRefreshShowsOthersChanges(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("old"), 0).WriteFile("gone", []byte("g"), 0).Mkdir("d", 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("old"), 0).WriteFile("gone", []byte("g"), 0).Mkdir("d", 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
@@ -258,8 +259,8 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.ReadDir(filepath.Join(dir, "d"))
-	b := new(fsstore.Batch).WriteFile("a", []byte("new and longer"), 0).WriteFile("d/new", []byte("n"), 0)
-	b.Add(fsstore.Op{Kind: fsstore.OpDelete, Path: "gone"})
+	b := new(core.Batch).WriteFile("a", []byte("new and longer"), 0).WriteFile("d/new", []byte("n"), 0)
+	b.Add(core.Op{Kind: core.OpDelete, Path: "gone"})
 	if _, err := st.Commit(bg, w.ID, b, fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 	}
 	// Our own pending write and theirs to other paths both survive.
 	mustWrite(t, filepath.Join(dir, "mine"), "m")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("theirs", []byte("t"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("theirs", []byte("t"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Refresh(bg); err != nil {
@@ -297,7 +298,7 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 	// lands on top of theirs, the root's link count is the sum of both.
 	os.Stat(dir)
 	os.Mkdir(filepath.Join(dir, "mydir"), 0o755)
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).Mkdir("theirdir", 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).Mkdir("theirdir", 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := m.Commit(bg); err != nil {
@@ -315,16 +316,16 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 func TestConflictKeepsBothVersions(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
 	mustWrite(t, filepath.Join(dir, "a"), "mount")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := m.Commit(bg)
-	var sce *fsstore.ConflictError
+	var sce *core.ConflictError
 	var ce *fusefs.ConflictError
 	if !errors.As(err, &sce) || !errors.As(err, &ce) {
 		t.Fatalf("commit: %v, want a conflict", err)
@@ -358,17 +359,17 @@ func TestConflictKeepsBothVersions(t *testing.T) {
 func TestExecConflictKeepsDraft(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: true, Info: fsstore.CommitInfo{ExecID: "e7"}})
 	mustWrite(t, filepath.Join(dir, "a"), "exec")
-	if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := m.Commit(bg)
 	var ce *fusefs.ConflictError
-	if !errors.As(err, &ce) || !errors.As(err, new(*fsstore.ConflictError)) {
+	if !errors.As(err, &ce) || !errors.As(err, new(*core.ConflictError)) {
 		t.Fatalf("commit: %v", err)
 	}
 	kept, err := st.Workspace(bg, "t", ce.Name)

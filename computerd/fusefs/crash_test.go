@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -182,7 +183,7 @@ func TestKill9ExecRecover(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Err != nil || got[0].Revision.Rev != h0+1 {
 		t.Fatalf("recover: %+v %v", got, err)
 	}
-	if r := got[0].Revision; r.Source != fsstore.SourceInterrupted || r.ExecID != "crashed" {
+	if r := got[0].Revision; r.Source != core.SourceInterrupted || r.ExecID != "crashed" {
 		t.Fatalf("revision %+v", r)
 	}
 	if v, _ := storeFile(t, st, ws, "made"); v != "by the exec" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -22,7 +23,7 @@ func MustStore(tb testing.TB) *fsstore.Store {
 }
 
 // MustWorkspace creates an empty workspace.
-func MustWorkspace(tb testing.TB, st *fsstore.Store, name string) fsstore.Workspace {
+func MustWorkspace(tb testing.TB, st *fsstore.Store, name string) core.Workspace {
 	tb.Helper()
 	w, err := st.CreateWorkspace(context.Background(), "t", name)
 	if err != nil {

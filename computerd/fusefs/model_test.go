@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -92,7 +93,7 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 				continue
 			}
 			b := data()
-			if _, err := st.Commit(bg, w.ID, new(fsstore.Batch).WriteFile(p, b, 0), fsstore.CommitInfo{}); err != nil {
+			if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile(p, b, 0), fsstore.CommitInfo{}); err != nil {
 				t.Fatalf("step %d: api write %s: %v", step, p, err)
 			}
 			if err := os.WriteFile(filepath.Join(ref, p), b, 0o644); err != nil {
@@ -261,7 +262,7 @@ func storeTree(t *testing.T, st *fsstore.Store, ws int64) string {
 		t.Fatal(err)
 	}
 	var lines []string
-	err = sn.ReadTree(bg, "", func(p string, s fsstore.Stat, r io.Reader) error {
+	err = sn.ReadTree(bg, "", func(p string, s core.Stat, r io.Reader) error {
 		if p == "" {
 			return nil
 		}

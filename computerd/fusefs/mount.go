@@ -27,6 +27,7 @@ import (
 
 	"computerd/computerd/mountinfo"
 	"computerd/computerd/procfd"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -50,13 +51,13 @@ type Options struct {
 	QuietPeriod time.Duration
 	// OnCommit, if set, is called after each revision of Workspace the
 	// mount makes.
-	OnCommit func(fsstore.Revision)
+	OnCommit func(core.Revision)
 	// Deliver, if set, replaces applying an exec mount's changeset to
 	// Workspace (an executor pushes it to its home instead). An error
 	// wrapping ErrKeepDraft leaves the draft in place, holding the changes
 	// for a later delivery; a *fsstore.ConflictError keeps it as a
 	// conflict copy, as a local conflict does.
-	Deliver func(ctx context.Context, draft fsstore.Draft, cs *fsstore.Changeset, info fsstore.CommitInfo) (fsstore.Revision, error)
+	Deliver func(ctx context.Context, draft fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error)
 	// CacheTimeout is how long the kernel may cache entries and attributes
 	// (default 24h): the mount invalidates them itself when others change
 	// the workspace (Refresh).
@@ -114,9 +115,9 @@ type Mount struct {
 	bg     sync.WaitGroup // invalidations sent after an fsync was answered
 
 	mu         sync.Mutex
-	ws         fsstore.Workspace // the workspace published to
-	target     int64             // the workspace commits go to: ws, its draft, or a conflict copy
-	base       int64             // target's revision the snapshot shows
+	ws         core.Workspace // the workspace published to
+	target     int64          // the workspace commits go to: ws, its draft, or a conflict copy
+	base       int64          // target's revision the snapshot shows
 	snap       *fsstore.Snapshot
 	rootIno    uint64
 	nodes      map[uint64]*node
@@ -166,9 +167,9 @@ func Open(dir string, opt Options) (*Mount, error) {
 		m.cacheMax = int(opt.CacheBytes / m.chunk)
 	}
 	if m.opt.Info.Source == "" {
-		m.opt.Info.Source = fsstore.SourceMount
+		m.opt.Info.Source = core.SourceMount
 		if opt.Exec {
-			m.opt.Info.Source = fsstore.SourceExec
+			m.opt.Info.Source = core.SourceExec
 		}
 	}
 	err := m.open(dir)
@@ -194,7 +195,7 @@ func (m *Mount) open(dir string) error {
 	}
 	m.ws = ws
 	base := m.opt.BaseRev
-	if base == fsstore.Head {
+	if base == core.Head {
 		base = ws.Head
 	}
 	m.target, m.base = ws.ID, base
@@ -429,7 +430,7 @@ func (m *Mount) sync() error {
 // started (or since the last Commit). When the workspace changed the same
 // paths meanwhile it fails with a *ConflictError, which also unwraps to
 // *fsstore.ConflictError.
-func (m *Mount) Commit(ctx context.Context) (fsstore.Revision, bool, error) {
+func (m *Mount) Commit(ctx context.Context) (core.Revision, bool, error) {
 	m.syncMu.Lock()
 	rev, changed, notes, err := m.flush(ctx)
 	if err == nil && m.opt.Exec {
@@ -459,37 +460,37 @@ type notice struct {
 // revision, and returns the kernel invalidations that others' changes
 // committed meanwhile call for. The caller holds syncMu, and sends the
 // notices once it has let go of it (see notify).
-func (m *Mount) flush(ctx context.Context) (fsstore.Revision, bool, []notice, error) {
+func (m *Mount) flush(ctx context.Context) (core.Revision, bool, []notice, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return fsstore.Revision{}, false, nil, ErrUnmounted
+		return core.Revision{}, false, nil, ErrUnmounted
 	}
 	if len(m.log) == 0 && len(m.touched) == 0 {
 		m.mu.Unlock()
-		return fsstore.Revision{}, false, nil, nil
+		return core.Revision{}, false, nil, nil
 	}
 	ops, err := m.pendingOps(ctx)
 	if err != nil {
 		m.mu.Unlock()
-		return fsstore.Revision{}, false, nil, err
+		return core.Revision{}, false, nil, err
 	}
 	if len(ops) == 0 || m.trivial() {
 		m.settle(nil)
 		m.mu.Unlock()
-		return fsstore.Revision{}, false, nil, nil
+		return core.Revision{}, false, nil, nil
 	}
 	info := m.opt.Info
 	if m.draft != nil && m.target == m.draft.ID {
-		info.Source, info.Message = fsstore.SourceMount, "checkpoint"
+		info.Source, info.Message = core.SourceMount, "checkpoint"
 	} else {
 		info.Base = m.base
 	}
 	rev, err := m.st.CommitNodes(ctx, m.target, ops, info)
 	var notes []notice
 	if err != nil {
-		var pe *fsstore.PathError
-		if !errors.As(err, new(*fsstore.ConflictError)) && !errors.As(err, &pe) {
+		var pe *core.PathError
+		if !errors.As(err, new(*core.ConflictError)) && !errors.As(err, &pe) {
 			m.mu.Unlock()
 			return rev, false, nil, err
 		}
@@ -562,7 +563,7 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
 		}
 		if n.isReg() && (n.cut || n.resized || len(n.chunks) > 0 || n.created && n.size > 0) {
 			if n.cut {
-				ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpTruncate, Ino: ino, Size: n.srcLimit})
+				ops = append(ops, fsstore.NodeOp{Kind: core.OpTruncate, Ino: ino, Size: n.srcLimit})
 			}
 			if len(n.chunks) > 0 {
 				idxs := make([]int64, 0, len(n.chunks))
@@ -570,7 +571,7 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
 					idxs = append(idxs, idx)
 				}
 				sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
-				content := &fsstore.Content{}
+				content := &core.Content{}
 				var holes []int64
 				for _, idx := range idxs {
 					k := min(cs, n.size-idx*cs)
@@ -590,20 +591,20 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
 					content.Chunks = append(content.Chunks, ref)
 				}
 				if len(content.Chunks) > 0 || len(holes) > 0 {
-					ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpWrite, Ino: ino, Content: content, Holes: holes})
+					ops = append(ops, fsstore.NodeOp{Kind: core.OpWrite, Ino: ino, Content: content, Holes: holes})
 				}
 			}
-			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpTruncate, Ino: ino, Size: n.size})
+			ops = append(ops, fsstore.NodeOp{Kind: core.OpTruncate, Ino: ino, Size: n.size})
 			n.dirtyTime = true
 		}
 		if n.dirtyMode {
-			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpChmod, Ino: ino, Mode: permMode(n.mode)})
+			ops = append(ops, fsstore.NodeOp{Kind: core.OpChmod, Ino: ino, Mode: permMode(n.mode)})
 		}
 		if n.dirtyOwner {
-			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpChown, Ino: ino, UID: n.uid, GID: n.gid})
+			ops = append(ops, fsstore.NodeOp{Kind: core.OpChown, Ino: ino, UID: n.uid, GID: n.gid})
 		}
 		if n.dirtyTime {
-			ops = append(ops, fsstore.NodeOp{Kind: fsstore.OpUtimes, Ino: ino, Mtime: n.mtime})
+			ops = append(ops, fsstore.NodeOp{Kind: core.OpUtimes, Ino: ino, Mtime: n.mtime})
 		}
 	}
 	if err := up.Flush(ctx); err != nil {
@@ -651,11 +652,11 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 
 // keepConflict commits ops to a fork of the workspace at the mount's base,
 // named after the workspace, and retargets the mount at it. m.mu is held.
-func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause error) (fsstore.Revision, error) {
+func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause error) (core.Revision, error) {
 	name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, time.Now().UTC().Format("20060102T150405.000000000"))
 	fork, err := m.st.Fork(ctx, m.target, m.base, name)
 	if err != nil {
-		return fsstore.Revision{}, fmt.Errorf("keep conflicting changes: %w (after %w)", err, cause)
+		return core.Revision{}, fmt.Errorf("keep conflicting changes: %w (after %w)", err, cause)
 	}
 	info := m.opt.Info
 	info.Message = "changes that conflicted with " + m.ws.Name
@@ -675,26 +676,26 @@ func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause er
 
 // publish commits the draft's changes since the last publish to the
 // workspace as one revision. The caller holds syncMu.
-func (m *Mount) publish(ctx context.Context) (fsstore.Revision, bool, error) {
+func (m *Mount) publish(ctx context.Context) (core.Revision, bool, error) {
 	m.mu.Lock()
 	head, draftID, from, base := m.base, m.target, m.published, m.pubBase
 	m.mu.Unlock()
 	if m.draft == nil || draftID != m.draft.ID || head == from {
-		return fsstore.Revision{}, false, nil
+		return core.Revision{}, false, nil
 	}
 	cs, err := m.st.Diff(ctx, draftID, from, head)
 	if err != nil {
-		return fsstore.Revision{}, false, err
+		return core.Revision{}, false, err
 	}
 	if onlyDirTimes(ctx, m.st, draftID, head, cs) {
 		m.mu.Lock()
 		m.published = head
 		m.mu.Unlock()
-		return fsstore.Revision{}, false, nil
+		return core.Revision{}, false, nil
 	}
 	info := m.opt.Info
 	info.Base = base
-	var rev fsstore.Revision
+	var rev core.Revision
 	if m.kept != nil {
 		// Delivery failed once: the draft holds the changes for whoever
 		// retries later (one delivery at a time, never two racing).
@@ -710,7 +711,7 @@ func (m *Mount) publish(ctx context.Context) (fsstore.Revision, bool, error) {
 		rev, err = m.st.Apply(ctx, m.ws.ID, cs, info)
 	}
 	if err != nil {
-		if !errors.As(err, new(*fsstore.ConflictError)) {
+		if !errors.As(err, new(*core.ConflictError)) {
 			return rev, false, err
 		}
 		name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, m.draft.Label)
@@ -732,10 +733,10 @@ func (m *Mount) publish(ctx context.Context) (fsstore.Revision, bool, error) {
 
 // onlyDirTimes reports whether a changeset changes nothing but the times
 // of directories (what creating and removing temporary files leaves).
-func onlyDirTimes(ctx context.Context, st *fsstore.Store, ws, rev int64, cs *fsstore.Changeset) bool {
+func onlyDirTimes(ctx context.Context, st *fsstore.Store, ws, rev int64, cs *core.Changeset) bool {
 	var sn *fsstore.Snapshot
 	for _, op := range cs.Ops {
-		if op.Kind != fsstore.OpUtimes {
+		if op.Kind != core.OpUtimes {
 			return false
 		}
 		if sn == nil {
@@ -844,21 +845,21 @@ func (m *Mount) pull(ctx context.Context, from, to, now int64) ([]notice, error)
 	}
 	for _, op := range cs.Ops {
 		switch op.Kind {
-		case fsstore.OpDelete, fsstore.OpDeleteAll:
+		case core.OpDelete, core.OpDeleteAll:
 			entry(old, op.Path, true)
-		case fsstore.OpRename:
+		case core.OpRename:
 			entry(old, op.From, true)
 			entry(cur, op.Path, false)
-		case fsstore.OpMkdir, fsstore.OpCreate, fsstore.OpSymlink, fsstore.OpLink:
+		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink:
 			entry(cur, op.Path, false)
 			if st, err := old.Stat(ctx, op.Path); err == nil {
 				inos[st.Ino] = true // replaced
 			}
 		}
 		switch op.Kind {
-		case fsstore.OpCreate, fsstore.OpWrite, fsstore.OpTruncate, fsstore.OpChmod, fsstore.OpChown, fsstore.OpUtimes, fsstore.OpLink:
+		case core.OpCreate, core.OpWrite, core.OpTruncate, core.OpChmod, core.OpChown, core.OpUtimes, core.OpLink:
 			p := op.Path
-			if op.Kind == fsstore.OpLink {
+			if op.Kind == core.OpLink {
 				p = op.From
 			}
 			if st, err := cur.Stat(ctx, p); err == nil {
@@ -1005,8 +1006,8 @@ func isFuseMount(dir string) (bool, error) {
 // Recovered reports what Recover did with one draft.
 type Recovered struct {
 	Draft    fsstore.Draft
-	Revision fsstore.Revision // the interrupted revision (Rev 0: nothing to commit)
-	Kept     string           // on conflict: the workspace now holding the draft
+	Revision core.Revision // the interrupted revision (Rev 0: nothing to commit)
+	Kept     string        // on conflict: the workspace now holding the draft
 	Err      error
 }
 
@@ -1036,13 +1037,13 @@ func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
 		}
 		cs, err := st.Diff(ctx, d.ID, 1, d.Head)
 		if err == nil && len(cs.Ops) > 0 {
-			info := fsstore.CommitInfo{Source: fsstore.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,
+			info := fsstore.CommitInfo{Source: core.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,
 				Message: "writes of an interrupted " + d.Label}
 			if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
 				info.ExecID = id
 			}
 			r.Revision, err = st.Apply(ctx, d.Origin, cs, info)
-			if errors.As(err, new(*fsstore.ConflictError)) {
+			if errors.As(err, new(*core.ConflictError)) {
 				origin, oerr := st.WorkspaceByID(ctx, d.Origin)
 				name := fmt.Sprintf("ws%d.interrupted-%s", d.Origin, d.Label)
 				if oerr == nil {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -65,7 +66,7 @@ func unixMode(m fs.FileMode) uint32 { return fsstore.UnixMode(m) }
 // permMode converts unix permission bits to a store mode.
 func permMode(u uint32) fs.FileMode { return fsstore.ModeOf(u &^ syscall.S_IFMT) }
 
-func nodeFromStat(st fsstore.Stat) *node {
+func nodeFromStat(st core.Stat) *node {
 	n := &node{ino: st.Ino, mode: unixMode(st.Mode), uid: st.UID, gid: st.GID, nlink: st.Nlink, size: st.Size,
 		mtime: st.Mtime.UnixNano(), ctime: st.Ctime.UnixNano(), target: st.Target}
 	n.atime = n.mtime
@@ -74,7 +75,7 @@ func nodeFromStat(st fsstore.Stat) *node {
 }
 
 // setStat reloads a clean node's metadata from the store.
-func (n *node) setStat(st fsstore.Stat) {
+func (n *node) setStat(st core.Stat) {
 	n.mode, n.uid, n.gid, n.nlink, n.size = unixMode(st.Mode), st.UID, st.GID, st.Nlink, st.Size
 	n.mtime, n.ctime, n.target = st.Mtime.UnixNano(), st.Ctime.UnixNano(), st.Target
 	n.srcLimit = n.size
@@ -195,7 +196,7 @@ func (m *Mount) child(d *node, name string) (dent, bool, error) {
 		return e, ok, nil
 	}
 	st, err := m.snap.Lookup(m.ctx, d.ino, name)
-	if errors.Is(err, fsstore.ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		return dent{}, false, nil
 	} else if err != nil {
 		return dent{}, false, err

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -34,19 +35,19 @@ func errno(err error) fuse.Status {
 		return fuse.OK
 	case errors.As(err, &e):
 		return fuse.Status(e)
-	case errors.Is(err, fsstore.ErrNotFound), errors.Is(err, fsstore.ErrWorkspaceNotFound):
+	case errors.Is(err, core.ErrNotFound), errors.Is(err, core.ErrWorkspaceNotFound):
 		return fuse.ENOENT
-	case errors.Is(err, fsstore.ErrExists):
+	case errors.Is(err, core.ErrExists):
 		return fuse.Status(syscall.EEXIST)
-	case errors.Is(err, fsstore.ErrNotDir):
+	case errors.Is(err, core.ErrNotDir):
 		return fuse.ENOTDIR
-	case errors.Is(err, fsstore.ErrIsDir):
+	case errors.Is(err, core.ErrIsDir):
 		return fuse.Status(syscall.EISDIR)
-	case errors.Is(err, fsstore.ErrNotEmpty):
+	case errors.Is(err, core.ErrNotEmpty):
 		return fuse.Status(syscall.ENOTEMPTY)
-	case errors.Is(err, fsstore.ErrInvalidPath), errors.Is(err, fsstore.ErrInvalidArgument):
+	case errors.Is(err, core.ErrInvalidPath), errors.Is(err, core.ErrInvalidArgument):
 		return fuse.EINVAL
-	case errors.Is(err, fsstore.ErrUnknownRevision):
+	case errors.Is(err, core.ErrUnknownRevision):
 		return fuse.Status(syscall.ESTALE)
 	}
 	return fuse.EIO
@@ -89,7 +90,7 @@ func (m *Mount) fillEntry(n *node, out *fuse.EntryOut) {
 
 func validName(name string) error {
 	switch {
-	case len(name) > fsstore.MaxNameLen:
+	case len(name) > core.MaxNameLen:
 		return syscall.ENAMETOOLONG
 	case name == "", name == ".", name == "..":
 		return syscall.EINVAL
@@ -101,7 +102,7 @@ func (f *fsys) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fus
 	m := f.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(name) > fsstore.MaxNameLen {
+	if len(name) > core.MaxNameLen {
 		return fuse.Status(syscall.ENAMETOOLONG)
 	}
 	d, err := m.dir(m.inoOf(h.NodeId))
@@ -167,7 +168,7 @@ func (f *fsys) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut)
 			}
 			return fuse.EINVAL
 		}
-		if int64(size) > fsstore.MaxFileSize {
+		if int64(size) > core.MaxFileSize {
 			return fuse.Status(syscall.EFBIG)
 		}
 		if err := m.truncate(n, int64(size)); err != nil {
@@ -278,7 +279,7 @@ func (f *fsys) Mkdir(_ <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse
 	if err != nil {
 		return errno(err)
 	}
-	m.record(fsstore.NodeOp{Kind: fsstore.OpMkdir, Dir: d.ino, Name: name, Ino: n.ino, Mode: permMode(n.mode)}, n.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpMkdir, Dir: d.ino, Name: name, Ino: n.ino, Mode: permMode(n.mode)}, n.ino, 0)
 	m.fillEntry(n, out)
 	return fuse.OK
 }
@@ -307,7 +308,7 @@ func (m *Mount) create(d *node, name string, mode uint32, caller fuse.Caller) (*
 	if err != nil {
 		return nil, err
 	}
-	m.record(fsstore.NodeOp{Kind: fsstore.OpCreate, Dir: d.ino, Name: name, Ino: n.ino, Mode: permMode(n.mode)}, n.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpCreate, Dir: d.ino, Name: name, Ino: n.ino, Mode: permMode(n.mode)}, n.ino, 0)
 	return n, nil
 }
 
@@ -356,7 +357,7 @@ func (f *fsys) Symlink(_ <-chan struct{}, h *fuse.InHeader, target string, name 
 	m := f.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(target) > fsstore.MaxPathLen || target == "" {
+	if len(target) > core.MaxPathLen || target == "" {
 		return fuse.Status(syscall.ENAMETOOLONG)
 	}
 	d, err := m.freeName(h.NodeId, name)
@@ -369,7 +370,7 @@ func (f *fsys) Symlink(_ <-chan struct{}, h *fuse.InHeader, target string, name 
 	}
 	n.target, n.size = target, int64(len(target))
 	n.dirtyMode = false
-	m.record(fsstore.NodeOp{Kind: fsstore.OpSymlink, Dir: d.ino, Name: name, Ino: n.ino, Target: target}, n.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpSymlink, Dir: d.ino, Name: name, Ino: n.ino, Target: target}, n.ino, 0)
 	m.fillEntry(n, out)
 	return fuse.OK
 }
@@ -396,7 +397,7 @@ func (f *fsys) Link(_ <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.E
 	n.ctime = now
 	n.lookups++
 	m.touch(n)
-	m.record(fsstore.NodeOp{Kind: fsstore.OpLink, Dir: d.ino, Name: name, Ino: n.ino}, n.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpLink, Dir: d.ino, Name: name, Ino: n.ino}, n.ino, 0)
 	m.kick()
 	m.fillEntry(n, out)
 	return fuse.OK
@@ -453,7 +454,7 @@ func (f *fsys) Unlink(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Sta
 	delete(d.children, name)
 	m.changed(d, now, 0)
 	m.unlinked(n, now)
-	m.record(fsstore.NodeOp{Kind: fsstore.OpDelete, Dir: d.ino, Name: name}, n.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpDelete, Dir: d.ino, Name: name}, n.ino, 0)
 	m.kick()
 	return fuse.OK
 }
@@ -482,7 +483,7 @@ func (f *fsys) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Stat
 	delete(d.children, name)
 	m.changed(d, now, -1)
 	m.unlinked(c, now)
-	m.record(fsstore.NodeOp{Kind: fsstore.OpDelete, Dir: d.ino, Name: name}, c.ino, 0)
+	m.record(fsstore.NodeOp{Kind: core.OpDelete, Dir: d.ino, Name: name}, c.ino, 0)
 	m.kick()
 	return fuse.OK
 }
@@ -522,7 +523,7 @@ func (f *fsys) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName str
 	if exists {
 		other = de.ino
 	}
-	op := fsstore.NodeOp{Kind: fsstore.OpRename, Dir: dd.ino, Name: newName, FromDir: sd.ino, FromName: oldName}
+	op := fsstore.NodeOp{Kind: core.OpRename, Dir: dd.ino, Name: newName, FromDir: sd.ino, FromName: oldName}
 	now := m.now()
 	sdSub, ddSub := 0, 0
 	switch {
@@ -668,7 +669,7 @@ func (f *fsys) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, 
 	if !n.isReg() {
 		return 0, fuse.Status(syscall.EISDIR)
 	}
-	if int64(in.Offset) > fsstore.MaxFileSize-int64(len(data)) {
+	if int64(in.Offset) > core.MaxFileSize-int64(len(data)) {
 		return 0, fuse.Status(syscall.EFBIG)
 	}
 	if err := m.write(n, data, int64(in.Offset)); err != nil {
@@ -736,7 +737,7 @@ func (f *fsys) StatFs(_ <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) 
 	out.Bsize, out.Frsize = 4096, 4096
 	out.Blocks, out.Bfree, out.Bavail = 1<<32, 1<<31, 1<<31
 	out.Files, out.Ffree = 1<<32, 1<<31
-	out.NameLen = fsstore.MaxNameLen
+	out.NameLen = core.MaxNameLen
 	return fuse.OK
 }
 
@@ -776,7 +777,7 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 	if off < 2 && add(fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: 2}) == nil {
 		return fuse.OK
 	}
-	var stats map[uint64]fsstore.Stat
+	var stats map[uint64]core.Stat
 	for _, e := range es[sort.Search(len(es), func(i int) bool { return es[i].cookie > off }):] {
 		eo := add(fuse.DirEntry{Name: e.name, Mode: e.mode, Ino: e.ino, Off: e.cookie})
 		if eo == nil {
@@ -804,12 +805,12 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 }
 
 // dirStats reads the metadata of a directory's committed entries in one go.
-func (m *Mount) dirStats(d *node) map[uint64]fsstore.Stat {
+func (m *Mount) dirStats(d *node) map[uint64]core.Stat {
 	sts, err := m.snap.ReadDirStat(m.ctx, d.ino)
 	if err != nil {
-		return map[uint64]fsstore.Stat{}
+		return map[uint64]core.Stat{}
 	}
-	out := make(map[uint64]fsstore.Stat, len(sts))
+	out := make(map[uint64]core.Stat, len(sts))
 	for _, st := range sts {
 		out[st.Ino] = st
 	}

@@ -16,10 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
-func mount(t *testing.T) (*fsstore.Store, fsstore.Workspace, *fusefs.Mount, string) {
+func mount(t *testing.T) (*fsstore.Store, core.Workspace, *fusefs.Mount, string) {
 	t.Helper()
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
@@ -34,7 +35,7 @@ func commit(t *testing.T, m *fusefs.Mount) {
 	}
 }
 
-func storeStat(t *testing.T, st *fsstore.Store, ws int64, p string) fsstore.Stat {
+func storeStat(t *testing.T, st *fsstore.Store, ws int64, p string) core.Stat {
 	t.Helper()
 	sn, err := st.Snapshot(bg, ws, 0)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -15,7 +16,7 @@ func statT(fi os.FileInfo) *syscall.Stat_t { return fi.Sys().(*syscall.Stat_t) }
 
 // exportTo writes a snapshot's tree into dir.
 func exportTo(sn *fsstore.Snapshot, dir string) error {
-	return sn.ReadTree(context.Background(), "", func(p string, st fsstore.Stat, r io.Reader) error {
+	return sn.ReadTree(context.Background(), "", func(p string, st core.Stat, r io.Reader) error {
 		full := filepath.Join(dir, p)
 		switch {
 		case p == "":

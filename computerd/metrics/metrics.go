@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -106,7 +107,7 @@ func New() *Metrics {
 }
 
 // Committed records one revision.
-func (m *Metrics) Committed(r fsstore.Revision) {
+func (m *Metrics) Committed(r core.Revision) {
 	if m != nil && r.Rev > 0 {
 		m.Revisions.WithLabelValues(string(r.Source)).Inc()
 	}

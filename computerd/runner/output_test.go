@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // Output logs expire after OutputRetention; the journal record stays, and
@@ -25,7 +26,7 @@ func TestOutputRetention(t *testing.T) {
 	os.MkdirAll(filepath.Join(r.Dir, "output"), 0o700)
 
 	w, _ := st.CreateWorkspace(ctx, "t", "w")
-	rec, _, err := st.BeginExec(ctx, fsstore.Exec{Tenant: "t", WS: w.ID, Argv: []string{"echo", "hi"}})
+	rec, _, err := st.BeginExec(ctx, core.Exec{Tenant: "t", WS: w.ID, Argv: []string{"echo", "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestOutputRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.output("stdout", []byte("hi\n"))
-	rec.State, rec.Ended = fsstore.ExecExited, time.Now()
+	rec.State, rec.Ended = core.ExecExited, time.Now()
 	st.UpdateExec(ctx, rec)
 	log.finish(rec)
 
@@ -45,7 +46,7 @@ func TestOutputRetention(t *testing.T) {
 		}
 		return evs
 	}
-	if evs := follow(); len(evs) != 2 || evs[0].Data != "hi\n" || evs[1].Type != "exit" || evs[1].Exec.State != fsstore.ExecExited {
+	if evs := follow(); len(evs) != 2 || evs[0].Data != "hi\n" || evs[1].Type != "exit" || evs[1].Exec.State != core.ExecExited {
 		t.Fatalf("fresh log: %+v", evs)
 	}
 	r.pruneOutput()

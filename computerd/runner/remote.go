@@ -9,6 +9,7 @@ import (
 
 	"computerd/agentctl/client"
 	"computerd/computerd/fusefs"
+	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
 )
@@ -26,13 +27,13 @@ type Remote struct {
 // Workspace returns the workspace an exec of name runs on: on a home the
 // workspace itself; on an executor its mirror, first brought up to the
 // home's head (homeRev is that head).
-func (r *Runner) Workspace(ctx context.Context, tenant, name string) (ws fsstore.Workspace, homeRev int64, err error) {
+func (r *Runner) Workspace(ctx context.Context, tenant, name string) (ws core.Workspace, homeRev int64, err error) {
 	if r.Remote == nil {
 		ws, err = r.Store.Workspace(ctx, tenant, name)
 		return ws, 0, err
 	}
 	if tenant != r.Remote.Mirror.Tenant {
-		return ws, 0, fmt.Errorf("this executor serves tenant %q: %w", r.Remote.Mirror.Tenant, fsstore.ErrWorkspaceNotFound)
+		return ws, 0, fmt.Errorf("this executor serves tenant %q: %w", r.Remote.Mirror.Tenant, core.ErrWorkspaceNotFound)
 	}
 	st, err := r.Remote.Mirror.Pull(ctx, name)
 	if err != nil {
@@ -47,9 +48,9 @@ func (r *Runner) Workspace(ctx context.Context, tenant, name string) (ws fsstore
 
 // deliverer returns the fusefs Deliver hook that pushes an exec's
 // changeset home; keptAs learns the name of a conflict copy at the home.
-func (r *Runner) deliverer(e fsstore.Exec, keptAs *string) func(context.Context, fsstore.Draft, *fsstore.Changeset, fsstore.CommitInfo) (fsstore.Revision, error) {
-	return func(ctx context.Context, d fsstore.Draft, cs *fsstore.Changeset, info fsstore.CommitInfo) (fsstore.Revision, error) {
-		rev, kept, err := r.push(ctx, e, d.ID, cs, fsstore.SourceExec)
+func (r *Runner) deliverer(e core.Exec, keptAs *string) func(context.Context, fsstore.Draft, *core.Changeset, fsstore.CommitInfo) (core.Revision, error) {
+	return func(ctx context.Context, d fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error) {
+		rev, kept, err := r.push(ctx, e, d.ID, cs, core.SourceExec)
 		*keptAs = kept
 		return rev, err
 	}
@@ -58,7 +59,7 @@ func (r *Runner) deliverer(e fsstore.Exec, keptAs *string) func(context.Context,
 // push sends an exec's changeset (read from draft) home. A conflict is
 // pushed to a fork at the home, so both versions are there; a transport
 // failure wraps fusefs.ErrKeepDraft (the caller retries later).
-func (r *Runner) push(ctx context.Context, e fsstore.Exec, draft int64, cs *fsstore.Changeset, source fsstore.Source) (fsstore.Revision, string, error) {
+func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Changeset, source core.Source) (core.Revision, string, error) {
 	start := time.Now()
 	m := r.Remote.Mirror
 	hdr := syncproto.PushHeader{PushID: e.ID, Base: e.HomeBase, Message: commandLine(e.Argv), Source: source}
@@ -67,7 +68,7 @@ func (r *Runner) push(ctx context.Context, e fsstore.Exec, draft int64, cs *fsst
 		r.Metrics.SyncLatency.WithLabelValues("push").Observe(time.Since(start).Seconds())
 		r.Metrics.Pushes.WithLabelValues(pushOutcome(err)).Inc()
 	}
-	var conflict *fsstore.ConflictError
+	var conflict *core.ConflictError
 	switch {
 	case err == nil:
 		return res.Revision, "", nil
@@ -94,14 +95,14 @@ func pushOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "applied"
-	case errors.Is(err, fsstore.ErrConflict):
+	case errors.Is(err, core.ErrConflict):
 		return "conflict"
 	}
 	return "retry"
 }
 
 // draftChanges returns the changes a draft holds (everything since it was made).
-func (r *Runner) draftChanges(ctx context.Context, draft int64) (*fsstore.Changeset, error) {
+func (r *Runner) draftChanges(ctx context.Context, draft int64) (*core.Changeset, error) {
 	w, err := r.Store.WorkspaceByID(ctx, draft)
 	if err != nil {
 		return nil, err
@@ -111,7 +112,7 @@ func (r *Runner) draftChanges(ctx context.Context, draft int64) (*fsstore.Change
 
 // settle delivers the changes of a pending or interrupted exec and
 // records the outcome; it reports whether the exec is settled.
-func (r *Runner) settle(ctx context.Context, e fsstore.Exec, source fsstore.Source) bool {
+func (r *Runner) settle(ctx context.Context, e core.Exec, source core.Source) bool {
 	cs, err := r.draftChanges(ctx, e.Draft)
 	if err != nil {
 		e.State, e.Error = e.PendingState, joinErr(e.Error, "its changes are lost: "+err.Error())
@@ -119,7 +120,7 @@ func (r *Runner) settle(ctx context.Context, e fsstore.Exec, source fsstore.Sour
 		r.Store.UpdateExec(ctx, e)
 		return true
 	}
-	var rev fsstore.Revision
+	var rev core.Revision
 	var kept string
 	if len(cs.Ops) > 0 {
 		rev, kept, err = r.push(ctx, e, e.Draft, cs, source)
@@ -129,7 +130,7 @@ func (r *Runner) settle(ctx context.Context, e fsstore.Exec, source fsstore.Sour
 		r.Store.UpdateExec(ctx, e)
 		return false
 	}
-	var conflict *fsstore.ConflictError
+	var conflict *core.ConflictError
 	switch {
 	case errors.As(err, &conflict):
 		e.Conflict, e.KeptAs = conflict.Paths, kept
@@ -141,7 +142,7 @@ func (r *Runner) settle(ctx context.Context, e fsstore.Exec, source fsstore.Sour
 	}
 	e.State, e.PendingState = e.PendingState, ""
 	if e.State == "" {
-		e.State = fsstore.ExecInterrupted
+		e.State = core.ExecInterrupted
 	}
 	if err := r.Store.UpdateExec(ctx, e); err != nil {
 		r.Log.Error("journal", "id", e.ID, "err", err)
@@ -171,7 +172,7 @@ func (r *Runner) pushPending(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		pending, err := r.Store.ExecsInState(ctx, fsstore.ExecPending)
+		pending, err := r.Store.ExecsInState(ctx, core.ExecPending)
 		if err != nil {
 			continue
 		}
@@ -180,7 +181,7 @@ func (r *Runner) pushPending(ctx context.Context) {
 		}
 		failed := false
 		for _, e := range pending {
-			if !r.settle(ctx, e, fsstore.SourceExec) {
+			if !r.settle(ctx, e, core.SourceExec) {
 				failed = true
 			}
 		}
@@ -206,16 +207,16 @@ func (r *Runner) recoverRemote(ctx context.Context) error {
 			continue
 		}
 		e, err := r.Store.ExecByID(ctx, id)
-		if err != nil || e.State != fsstore.ExecRunning {
+		if err != nil || e.State != core.ExecRunning {
 			continue // pending ones are the retry loop's
 		}
 		e.Draft, e.Ended = d.ID, r.Store.Now()
-		e.State, e.PendingState = fsstore.ExecPending, fsstore.ExecInterrupted
+		e.State, e.PendingState = core.ExecPending, core.ExecInterrupted
 		e.Error = "the executor stopped while the command ran; its writes so far were kept"
 		if err := r.Store.UpdateExec(ctx, e); err != nil {
 			return err
 		}
-		r.settle(ctx, e, fsstore.SourceInterrupted)
+		r.settle(ctx, e, core.SourceInterrupted)
 	}
 	return nil
 }

@@ -26,13 +26,14 @@ import (
 	"computerd/computerd/fusefs"
 	"computerd/computerd/metrics"
 	"computerd/computerd/sandbox"
-	"computerd/computerd/wire"
+	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // Request asks for one command.
 type Request struct {
-	Workspace fsstore.Workspace
+	Workspace core.Workspace
 	Tenant    string
 	Argv      []string
 	Cwd       string            // relative to /workspace
@@ -40,7 +41,7 @@ type Request struct {
 	Stdin     []byte
 	Key       string        // idempotency key: a retry returns the recorded result
 	Timeout   time.Duration // 0: the runner's default
-	Limits    sandbox.Limits
+	Limits    core.Limits
 	HomeBase  int64 // executor: the home revision Workspace mirrors
 }
 
@@ -141,12 +142,12 @@ func (r *Runner) Recover(ctx context.Context) error {
 	for _, rc := range recovered {
 		r.Log.Warn("recovered the writes of an interrupted exec", "draft", rc.Draft.Label, "rev", rc.Revision.Rev, "kept", rc.Kept, "err", rc.Err)
 	}
-	stale, err := r.Store.ExecsInState(ctx, fsstore.ExecRunning)
+	stale, err := r.Store.ExecsInState(ctx, core.ExecRunning)
 	if err != nil {
 		return err
 	}
 	for _, e := range stale {
-		e.State, e.Ended = fsstore.ExecInterrupted, r.Store.Now()
+		e.State, e.Ended = core.ExecInterrupted, r.Store.Now()
 		e.Error = "computerd stopped while the command ran; its writes so far were kept"
 		if rev, err := r.Store.ExecRevision(ctx, e.WS, e.ID); err == nil && rev > 0 {
 			e.Rev = rev
@@ -192,25 +193,25 @@ func (r *Runner) pruneOutput() {
 
 // Start begins an exec, or finds the one a request with the same key
 // began. It returns the exec's record; Follow streams its events.
-func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
+func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	r.defaults()
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return fsstore.Exec{}, fmt.Errorf("exec: empty command: %w", fsstore.ErrInvalidArgument)
+		return core.Exec{}, fmt.Errorf("exec: empty command: %w", core.ErrInvalidArgument)
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = r.DefaultTimeout
 	}
 	if timeout > r.MaxTimeout {
-		return fsstore.Exec{}, fmt.Errorf("exec: timeout %v over the limit of %v: %w", timeout, r.MaxTimeout, fsstore.ErrInvalidArgument)
+		return core.Exec{}, fmt.Errorf("exec: timeout %v over the limit of %v: %w", timeout, r.MaxTimeout, core.ErrInvalidArgument)
 	}
-	if _, err := fsstore.CleanPath(req.Cwd); err != nil {
-		return fsstore.Exec{}, err
+	if _, err := core.CleanPath(req.Cwd); err != nil {
+		return core.Exec{}, err
 	}
 	envNames := make([]string, 0, len(req.Env))
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fsstore.Exec{}, fmt.Errorf("exec: bad environment variable name %q: %w", k, fsstore.ErrInvalidArgument)
+			return core.Exec{}, fmt.Errorf("exec: bad environment variable name %q: %w", k, core.ErrInvalidArgument)
 		}
 		envNames = append(envNames, k)
 	}
@@ -219,9 +220,9 @@ func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
 	closing := r.closing
 	r.mu.Unlock()
 	if closing {
-		return fsstore.Exec{}, fmt.Errorf("exec: computerd is shutting down: %w", fsstore.ErrClosed)
+		return core.Exec{}, fmt.Errorf("exec: computerd is shutting down: %w", core.ErrClosed)
 	}
-	rec, started, err := r.Store.BeginExec(ctx, fsstore.Exec{
+	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
 		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
 	})
@@ -261,8 +262,8 @@ func (r *Runner) Start(ctx context.Context, req Request) (fsstore.Exec, error) {
 }
 
 // fail records an exec that could not run.
-func (r *Runner) fail(e fsstore.Exec, err error) fsstore.Exec {
-	e.State, e.Error, e.Ended = fsstore.ExecFailed, err.Error(), r.Store.Now()
+func (r *Runner) fail(e core.Exec, err error) core.Exec {
+	e.State, e.Error, e.Ended = core.ExecFailed, err.Error(), r.Store.Now()
 	if uerr := r.Store.UpdateExec(context.Background(), e); uerr != nil {
 		r.Log.Error("journal", "id", e.ID, "err", uerr)
 	}
@@ -270,11 +271,11 @@ func (r *Runner) fail(e fsstore.Exec, err error) fsstore.Exec {
 	return e
 }
 
-func (r *Runner) observe(e fsstore.Exec) {
+func (r *Runner) observe(e core.Exec) {
 	if r.Metrics == nil {
 		return
 	}
-	r.Metrics.Execs.WithLabelValues(e.State).Inc()
+	r.Metrics.Execs.WithLabelValues(string(e.State)).Inc()
 	if !e.Ended.IsZero() {
 		r.Metrics.ExecDuration.Observe(e.Duration().Seconds())
 	}
@@ -282,7 +283,7 @@ func (r *Runner) observe(e fsstore.Exec) {
 
 // execute runs one exec to its end and returns its final record, and
 // what is left to clean up once the caller has sent it (the mount).
-func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeout time.Duration, out *outputLog) (fsstore.Exec, func()) {
+func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog) (core.Exec, func()) {
 	begin := time.Now()
 	dir := r.mountPath(e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -290,7 +291,7 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	}
 	opt := fusefs.Options{
 		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
-		Info:     fsstore.CommitInfo{Source: fsstore.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
+		Info:     fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 		SpoolDir: filepath.Join(r.Dir, "spool"),
 	}
 	var homeKept string
@@ -326,7 +327,7 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	cctx := context.Background()
 	rev, changed, commitErr := m.Commit(cctx)
 	var conflict *fusefs.ConflictError
-	var storeConflict *fsstore.ConflictError
+	var storeConflict *core.ConflictError
 	switch {
 	case commitErr == nil && changed:
 		e.Rev = rev.Rev
@@ -362,21 +363,21 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 	switch {
 	case errors.Is(runErr, sandbox.ErrStart), errors.Is(runErr, sandbox.ErrInvalidSpec):
 		// The command never ran (not found, bad cwd, ...): like a shell, 127.
-		e.State, e.Error = fsstore.ExecFailed, joinErr(e.Error, runErr.Error())
+		e.State, e.Error = core.ExecFailed, joinErr(e.Error, runErr.Error())
 	case runErr != nil:
 		e.Error = joinErr(e.Error, runErr.Error())
-		e.State = fsstore.ExecKilled
+		e.State = core.ExecKilled
 	case res.TimedOut:
-		e.State, e.TimedOut = fsstore.ExecTimeout, true
+		e.State, e.TimedOut = core.ExecTimeout, true
 	case res.Signal != 0:
-		e.State = fsstore.ExecKilled
+		e.State = core.ExecKilled
 	default:
-		e.State = fsstore.ExecExited
+		e.State = core.ExecExited
 	}
 	if res.Signal != 0 {
 		e.Signal = signalName(res.Signal)
 		e.ExitCode = 128 + int(res.Signal)
-	} else if e.State != fsstore.ExecFailed {
+	} else if e.State != core.ExecFailed {
 		e.ExitCode = res.ExitCode
 	} else {
 		e.ExitCode = 127
@@ -388,7 +389,7 @@ func (r *Runner) execute(ctx context.Context, e fsstore.Exec, req Request, timeo
 		e.Error = joinErr(e.Error, "killed on request")
 	}
 	if e.Draft != 0 {
-		e.State, e.PendingState = fsstore.ExecPending, e.State
+		e.State, e.PendingState = core.ExecPending, e.State
 	}
 	if err := r.Store.UpdateExec(cctx, e); err != nil {
 		r.Log.Error("journal", "id", e.ID, "err", err)
@@ -427,7 +428,7 @@ func (r *Runner) Kill(id string) error {
 	ru := r.running[id]
 	r.mu.Unlock()
 	if ru == nil {
-		return fmt.Errorf("exec %s is not running: %w", id, fsstore.ErrNotFound)
+		return fmt.Errorf("exec %s is not running: %w", id, core.ErrNotFound)
 	}
 	ru.cancel(errKilled)
 	return nil
@@ -447,7 +448,7 @@ func (r *Runner) Follow(ctx context.Context, id string, fn func(Event) error) er
 	if err != nil {
 		return err
 	}
-	if rec.State == fsstore.ExecRunning {
+	if rec.State == core.ExecRunning {
 		// Started by a Start that has not registered it yet: wait briefly.
 		for range 100 {
 			time.Sleep(10 * time.Millisecond)
@@ -457,7 +458,7 @@ func (r *Runner) Follow(ctx context.Context, id string, fn func(Event) error) er
 			if ru != nil {
 				return ru.log.follow(ctx, fn)
 			}
-			if rec, err = r.Store.ExecByID(ctx, id); err != nil || rec.State != fsstore.ExecRunning {
+			if rec, err = r.Store.ExecByID(ctx, id); err != nil || rec.State != core.ExecRunning {
 				break
 			}
 		}
@@ -533,7 +534,7 @@ func (l *outputLog) output(stream string, data []byte) {
 	l.append(ev)
 }
 
-func (l *outputLog) finish(e fsstore.Exec) {
+func (l *outputLog) finish(e core.Exec) {
 	l.append(Event{Type: "exit", Exec: &e})
 	l.mu.Lock()
 	l.done = true
@@ -584,7 +585,7 @@ func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
 
 // replayLog sends a finished exec's logged output, then its exit event
 // from the journal (the record there is the truth).
-func replayLog(ctx context.Context, path string, rec fsstore.Exec, fn func(Event) error) error {
+func replayLog(ctx context.Context, path string, rec core.Exec, fn func(Event) error) error {
 	var seq uint64
 	if f, err := os.Open(path); err == nil {
 		defer f.Close()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"computerd/core"
+
 	"github.com/opencontainers/cgroups"
 	devconfig "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer"
@@ -88,7 +90,7 @@ func (m *Manager) cgroupName(id string) string {
 
 // config is the libcontainer configuration of one container, all but its
 // /workspace (see workspaceMount).
-func (m *Manager) config(id, rootfs string, hostRoot bool, l Limits) (*configs.Config, error) {
+func (m *Manager) config(id, rootfs string, hostRoot bool, l core.Limits) (*configs.Config, error) {
 	const (
 		noExecSuidDev = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 		roBind        = unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/procfd"
+	"computerd/core"
 )
 
 // Running containers from a helper process. A container's init is the
@@ -38,7 +39,7 @@ import (
 // helperConfig is the helper's Manager.
 type helperConfig struct {
 	StateDir  string        `json:"state_dir"`
-	Limits    Limits        `json:"limits"`
+	Limits    core.Limits   `json:"limits"`
 	Timeout   time.Duration `json:"timeout"`
 	HostDirs  []string      `json:"host_dirs"`
 	NoSeccomp bool          `json:"no_seccomp"`
@@ -55,7 +56,7 @@ type helperSpec struct {
 	HasStdin     bool          `json:"has_stdin"`
 	WorkspaceDir string        `json:"workspace_dir"`
 	Rootfs       string        `json:"rootfs"`
-	Limits       Limits        `json:"limits"`
+	Limits       core.Limits   `json:"limits"`
 	Timeout      time.Duration `json:"timeout"`
 }
 

@@ -44,6 +44,8 @@ import (
 	"syscall"
 	"time"
 
+	"computerd/core"
+
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -69,33 +71,8 @@ const (
 	Stderr = "stderr"
 )
 
-// Limits bounds a container's resources. A zero field means "use the
-// default": the Manager's Limits, then DefaultLimits.
-type Limits struct {
-	Memory int64   // bytes of memory (RAM; no swap)
-	Pids   int64   // processes and threads
-	CPUs   float64 // CPU time in cores (CFS quota)
-	Tmp    int64   // bytes of the tmpfs at /tmp (charged to Memory too)
-}
-
 // DefaultLimits apply where neither the Spec nor the Manager sets a limit.
-var DefaultLimits = Limits{Memory: 1 << 30, Pids: 512, CPUs: 1, Tmp: 1 << 30}
-
-func (l Limits) or(d Limits) Limits {
-	if l.Memory == 0 {
-		l.Memory = d.Memory
-	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Tmp == 0 {
-		l.Tmp = d.Tmp
-	}
-	return l
-}
+var DefaultLimits = core.Limits{Memory: 1 << 30, Pids: 512, CPUs: 1, Tmp: 1 << 30}
 
 // Spec describes one command to run.
 type Spec struct {
@@ -123,7 +100,7 @@ type Spec struct {
 	// directories (Manager.HostDirs) over an empty directory.
 	Rootfs string
 	// Limits overrides the Manager's limits field by field.
-	Limits Limits
+	Limits core.Limits
 	// Timeout kills the command when it runs longer. Zero means the
 	// Manager's Timeout; if that is zero too, only ctx bounds the run.
 	Timeout time.Duration
@@ -185,7 +162,7 @@ type Manager struct {
 	// default root directory (StateDir/rootfs). One Manager per StateDir.
 	StateDir string
 	// Limits are the defaults for Spec.Limits (zero fields: DefaultLimits).
-	Limits Limits
+	Limits core.Limits
 	// Timeout is the default Spec.Timeout.
 	Timeout time.Duration
 	// HostDirs replaces DefaultHostDirs when not nil.
@@ -507,7 +484,7 @@ type run struct {
 	id     string
 	env    []string
 	cwd    string
-	limits Limits
+	limits core.Limits
 	config *configs.Config
 }
 
@@ -568,7 +545,7 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 	} else if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("%w: rootfs %q is not a directory", ErrInvalidSpec, rootfs)
 	}
-	limits := spec.Limits.or(m.Limits).or(DefaultLimits)
+	limits := spec.Limits.Or(m.Limits).Or(DefaultLimits)
 	if limits.Memory < 4<<20 || limits.Pids < 1 || limits.CPUs <= 0 || limits.Tmp < 0 {
 		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidSpec, limits)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/cgroups"
 
 	"computerd/computerd/sandbox"
+	"computerd/core"
 )
 
 // childEnv makes the test binary play a supervisor that starts a container
@@ -465,7 +466,7 @@ func checkOOMKilled(t *testing.T, res sandbox.Result, o *output) {
 func TestMemoryLimit(t *testing.T) {
 	needHost(t, "/usr/bin/python3")
 	m := MustManager(t)
-	spec := sandbox.Spec{Argv: memoryHog, Limits: sandbox.Limits{Memory: 64 << 20}}
+	spec := sandbox.Spec{Argv: memoryHog, Limits: core.Limits{Memory: 64 << 20}}
 	res, o := MustRun(t, m, spec)
 	checkOOMKilled(t, res, o)
 	// Within the limit the same works.
@@ -508,7 +509,7 @@ func checkForkBomb(t *testing.T, res sandbox.Result, o *output, limit int) {
 func TestPidsLimit(t *testing.T) {
 	needHost(t, "/usr/bin/python3")
 	m := MustManager(t)
-	res, o := MustRun(t, m, sandbox.Spec{Argv: []string{"python3", "-c", forkBomb}, Limits: sandbox.Limits{Pids: 32}, Timeout: 20 * time.Second})
+	res, o := MustRun(t, m, sandbox.Spec{Argv: []string{"python3", "-c", forkBomb}, Limits: core.Limits{Pids: 32}, Timeout: 20 * time.Second})
 	checkForkBomb(t, res, o, 32)
 }
 
@@ -535,7 +536,7 @@ func TestGitAndGoBuild(t *testing.T) {
 		Argv:         sh(build),
 		WorkspaceDir: ws,
 		Env:          []string{"GOCACHE=/tmp/gocache", "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"},
-		Limits:       sandbox.Limits{CPUs: 2},
+		Limits:       core.Limits{CPUs: 2},
 		Timeout:      3 * time.Minute, // a cold build cache: the runtime and its deps compile first
 	})
 	if got := o.stream(sandbox.Stderr); res.ExitCode != 0 || got != "hello from go\n" {

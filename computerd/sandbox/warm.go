@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"computerd/core"
+
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +35,7 @@ import (
 
 // warmPool is a Manager's containers made ahead of time.
 type warmPool struct {
-	limits Limits              // the containers' limits
+	limits core.Limits         // the containers' limits
 	ready  chan *warmContainer // made and waiting for a command
 	stop   chan struct{}       // closed by Close
 	wg     sync.WaitGroup      // the keepers and warmLife goroutines
@@ -129,7 +131,7 @@ func (m *Manager) warmPool() (*warmPool, error) {
 		return nil, err
 	}
 	p := &warmPool{
-		limits: Limits{}.or(m.Limits).or(DefaultLimits),
+		limits: core.Limits{}.Or(m.Limits).Or(DefaultLimits),
 		ready:  make(chan *warmContainer, m.Warm),
 		stop:   make(chan struct{}),
 	}
@@ -239,7 +241,7 @@ func (m *Manager) warmLife(p *warmPool, made chan<- warmMade) {
 
 // newWarm makes a container with the default root and the given limits
 // whose stub waits for its command.
-func (m *Manager) newWarm(limits Limits) (*warmContainer, error) {
+func (m *Manager) newWarm(limits core.Limits) (*warmContainer, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := warmPrefix + hex.EncodeToString(b[:])

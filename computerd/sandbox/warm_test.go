@@ -15,6 +15,7 @@ import (
 
 	"computerd/computerd/mountinfo"
 	"computerd/computerd/sandbox"
+	"computerd/core"
 )
 
 // TestWarm runs the behaviour tests again on Managers that keep warm
@@ -116,7 +117,7 @@ func testWarmPool(t *testing.T) {
 	}
 
 	// Runs that do not fit the pool's containers make their own.
-	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: sandbox.Limits{Tmp: 1 << 20}})
+	res, _ = MustRun(t, m, sandbox.Spec{Argv: []string{"true"}, Limits: core.Limits{Tmp: 1 << 20}})
 	if res.Warm {
 		t.Errorf("a run with its own /tmp size ran warm: %+v", res)
 	}
@@ -209,7 +210,7 @@ func testWarmPool(t *testing.T) {
 // memory (the OOM killer), pids, and the tmpfs size of /tmp.
 func testWarmLimits(t *testing.T) {
 	needHost(t, "/usr/bin/python3")
-	m := MustManager(t, func(m *sandbox.Manager) { m.Limits = sandbox.Limits{Memory: 64 << 20, Pids: 32, Tmp: 1 << 20} })
+	m := MustManager(t, func(m *sandbox.Manager) { m.Limits = core.Limits{Memory: 64 << 20, Pids: 32, Tmp: 1 << 20} })
 	res, o := runWarm(t, m, sandbox.Spec{Argv: memoryHog})
 	checkOOMKilled(t, res, o)
 	res, o = runWarm(t, m, sandbox.Spec{Argv: []string{"python3", "-c", forkBomb}, Timeout: 20 * time.Second})

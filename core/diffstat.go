@@ -1,10 +1,20 @@
-package fsstore
+package core
 
 import (
 	"fmt"
 	"io"
 	"strings"
 )
+
+// FileChange summarises how one path differs between two revisions.
+type FileChange struct {
+	Path    string `json:"path"`
+	From    string `json:"from,omitempty"` // old path of a rename
+	Status  string `json:"status"`         // added, deleted, modified, renamed
+	Added   int    `json:"added"`          // lines
+	Deleted int    `json:"deleted"`        // lines
+	Binary  bool   `json:"binary,omitempty"`
+}
 
 // WriteStat prints a per-file summary of changes like `git diff --stat`.
 func WriteStat(w io.Writer, files []FileChange) {

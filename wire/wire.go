@@ -2,7 +2,7 @@
 // by the server (computerd/api) and the client (agentctl/client).
 package wire
 
-import "computerd/fsstore"
+import "computerd/core"
 
 // Version is the API version in every path: /v1/...
 const Version = "v1"
@@ -49,9 +49,9 @@ type Fork struct {
 
 // Ops is the body of POST /v1/workspaces/{ws}/ops: a batch committed as one revision.
 type Ops struct {
-	Ops     []fsstore.Op `json:"ops"`
-	Base    int64        `json:"base,omitempty"` // fail with a conflict if these paths changed after Base
-	Message string       `json:"message,omitempty"`
+	Ops     []core.Op `json:"ops"`
+	Base    int64     `json:"base,omitempty"` // fail with a conflict if these paths changed after Base
+	Message string    `json:"message,omitempty"`
 }
 
 // Edit is the body of POST /v1/workspaces/{ws}/edit: replace Old by New in Path.
@@ -64,8 +64,8 @@ type Edit struct {
 
 // EditResult answers an Edit.
 type EditResult struct {
-	Revision     fsstore.Revision `json:"revision"`
-	Replacements int              `json:"replacements"`
+	Revision     core.Revision `json:"revision"`
+	Replacements int           `json:"replacements"`
 }
 
 // Restore is the body of POST /v1/workspaces/{ws}/restore.
@@ -85,9 +85,9 @@ type Match struct {
 
 // AttachResult answers POST /v1/workspaces/{ws}/attach.
 type AttachResult struct {
-	Revision fsstore.Revision `json:"revision"`
-	Files    int              `json:"files"`
-	Bytes    int64            `json:"bytes"`
+	Revision core.Revision `json:"revision"`
+	Files    int           `json:"files"`
+	Bytes    int64         `json:"bytes"`
 }
 
 // ExecRequest is the body of POST /v1/workspaces/{ws}/exec.
@@ -106,12 +106,12 @@ type ExecRequest struct {
 // ExecEvent is one line of an exec's NDJSON event stream: output as it
 // is produced, then exactly one "exit" event carrying the journal record.
 type ExecEvent struct {
-	Seq    uint64        `json:"seq"`
-	Type   string        `json:"type"`               // "output" or "exit"
-	Stream string        `json:"stream,omitempty"`   // "stdout" or "stderr"
-	Data   string        `json:"data,omitempty"`     // the bytes, when they are valid UTF-8
-	Data64 []byte        `json:"data_b64,omitempty"` // otherwise, base64
-	Exec   *fsstore.Exec `json:"exec,omitempty"`     // with "exit"
+	Seq    uint64     `json:"seq"`
+	Type   string     `json:"type"`               // "output" or "exit"
+	Stream string     `json:"stream,omitempty"`   // "stdout" or "stderr"
+	Data   string     `json:"data,omitempty"`     // the bytes, when they are valid UTF-8
+	Data64 []byte     `json:"data_b64,omitempty"` // otherwise, base64
+	Exec   *core.Exec `json:"exec,omitempty"`     // with "exit"
 }
 
 // Bytes returns an output event's bytes.
