@@ -704,9 +704,10 @@ func TestErrWorkspaces(t *testing.T) {
 			bbSameState(t, before, bbCapture(t, s, db))
 		})
 	}
-	// A snapshot taken before the delete fails cleanly or still reads; it must not panic.
-	if _, err := goneSnap.ReadFile(ctx, "x"); err != nil {
-		t.Logf("snapshot of deleted workspace: %v", err)
+	// A snapshot taken before the delete reads nothing more: the workspace
+	// is gone for every reader, whatever view it holds.
+	if got, err := goneSnap.ReadFile(ctx, "x"); !errors.Is(err, core.ErrWorkspaceNotFound) {
+		t.Errorf("snapshot of deleted workspace: read %q, %v; want core.ErrWorkspaceNotFound", got, err)
 	}
 
 	exists := []struct {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
@@ -113,7 +115,33 @@ func TestFileEmpty(t *testing.T) {
 	if _, err := s.Apply(ctx, w2.ID, &core.Changeset{From: 1, Ops: full.Ops}, fsstore.CommitInfo{}); err != nil {
 		t.Fatalf("apply %v: %v", full.Ops, err)
 	}
-	t.Logf("diff 2..head: %d ops", len(cs.Ops))
+	// The diff from 2 needs no chunk, and applied to revision 2 it makes
+	// exactly the head's tree.
+	if got := cs.Chunks(); len(got) != 0 {
+		t.Errorf("diff 2..head names chunks %v; empty files need none", got)
+	}
+	at2, err := s.Fork(ctx, w.ID, 2, "at2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, at2.ID, &core.Changeset{From: 1, Ops: cs.Ops}, fsstore.CommitInfo{}); err != nil {
+		t.Fatalf("apply diff 2..head %v: %v", cs.Ops, err)
+	}
+	type file struct {
+		Mode fs.FileMode
+		Size int64
+		Sum  [32]byte
+	}
+	files := func(ws int64) map[string]file {
+		out := map[string]file{}
+		for _, e := range bbTree(t, s, ws, core.Head) {
+			out[e.Path] = file{e.Mode, e.Size, e.Sum}
+		}
+		return out
+	}
+	if got, want := files(at2.ID), files(w.ID); !maps.Equal(got, want) {
+		t.Errorf("revision 2 plus diff 2..head:\n%v\nhead:\n%v", got, want)
+	}
 	for _, e := range bbTree(t, s, w2.ID, core.Head) {
 		if e.Mode.IsRegular() && (e.Size != 0 || e.Sum != sha256.Sum256(nil)) {
 			t.Errorf("copied %s: size %d", e.Path, e.Size)

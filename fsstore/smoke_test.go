@@ -38,8 +38,20 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A rename is one op, not a delete plus a subtree of creates; besides
+	// it only the root's new mtime.
+	renames := 0
 	for _, op := range cs.Ops {
-		t.Log(op)
+		switch {
+		case op.Kind == core.OpRename && op.From == "a" && op.Path == "b":
+			renames++
+		case op.Kind == core.OpUtimes && op.Path == "":
+		default:
+			t.Errorf("diff of a rename has %v", op)
+		}
+	}
+	if renames != 1 {
+		t.Errorf("diff of a rename: %v, want one rename a -> b", cs.Ops)
 	}
 	f, err := s.Fork(ctx, w.ID, r.Rev, "f")
 	if err != nil {

@@ -38,8 +38,9 @@ func TestSmoke(t *testing.T) {
 	if err != nil || string(data) != "hello" {
 		t.Fatalf("store has %q %v", data, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	t.Log(ents)
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 || ents[0].Name() != "a" || !ents[0].IsDir() {
+		t.Fatalf("mount root lists %v %v, want the directory a", ents, err)
+	}
 }
 
 // TestFuseFdCloseOnExec checks that a mount's /dev/fuse descriptor is not
