@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build test bench demo clean deps
+.PHONY: build test bench demo clean deps importcheck
 
 build:
 	$(GO) build -o $(BIN)/computerd ./computerd
@@ -11,7 +11,11 @@ build:
 deps:
 	./contrib/deps.sh
 
-test: deps
+# importcheck: the import rules of docs/ARCHITECTURE.md (make test runs it).
+importcheck:
+	./contrib/importcheck.sh
+
+test: deps importcheck
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 
