@@ -1,7 +1,7 @@
 // Package syncproto carries changesets between a home computerd and its
 // executors (docs/SYNC.md): a framed binary stream of a header, chunks and
 // one changeset, pull and push handlers for the home, and a client for the
-// executor. The changeset itself is fsstore.Changeset; this package only
+// executor. The changeset itself is core.Changeset; this package only
 // encodes, decodes and transports it.
 package syncproto
 
@@ -27,7 +27,7 @@ const HeaderVersion = "Computerd-Sync-Version"
 const (
 	KindHeader    byte = 'H' // JSON: PullHeader or PushHeader
 	KindChunk     byte = 'C' // 32-byte SHA-256, then the chunk's bytes
-	KindChangeset byte = 'S' // JSON: fsstore.Changeset
+	KindChangeset byte = 'S' // JSON: core.Changeset
 	KindEnd       byte = 'E' // JSON: Trailer
 )
 
