@@ -1,8 +1,6 @@
 package core
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 )
 
@@ -62,11 +60,7 @@ func (e Exec) Duration() time.Duration {
 }
 
 // NewExecID returns a fresh exec id.
-func NewExecID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "x" + hex.EncodeToString(b[:])
-}
+func NewExecID() string { return "x" + randomHex(8) }
 
 // Limits bounds an exec's resources. A zero field means "use the
 // default": the sandbox manager's limits, then its defaults.
