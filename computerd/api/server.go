@@ -113,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	routes = append(routes, s.syncRoutes()...)
 	routes = append(routes, s.execRoutes()...)
 	routes = append(routes, s.mountRoutes()...)
+	routes = append(routes, s.runRoutes()...)
 	if s.Home != nil {
 		// An executor: its own execs, the home's everything else.
 		routes = s.execRoutes()

@@ -1,0 +1,45 @@
+package wire
+
+import "computerd/core"
+
+// CreateRun is the body of POST /v1/workspaces/{ws}/runs: a new agent run
+// driven by the caller (Driver, a random id the caller keeps).
+type CreateRun struct {
+	Task     string         `json:"task"`
+	Provider string         `json:"provider,omitempty"`
+	Model    string         `json:"model,omitempty"`
+	Skill    string         `json:"skill,omitempty"`
+	Limits   core.RunLimits `json:"limits,omitzero"`
+	Driver   string         `json:"driver"`
+}
+
+// ClaimRun is the body of POST /v1/runs/{id}/claim: the caller drives the
+// run from now on (a resume), and the old driver's next step is refused.
+type ClaimRun struct {
+	Driver string `json:"driver"`
+}
+
+// StepRecord is the body of POST /v1/runs/{id}/steps (a step begins) and
+// of PUT /v1/runs/{id}/steps/{seq} (it ends, with its result).
+type StepRecord struct {
+	Driver string    `json:"driver"`
+	Step   core.Step `json:"step"`
+}
+
+// EndRun is the body of POST /v1/runs/{id}/end.
+type EndRun struct {
+	Driver string        `json:"driver"`
+	State  core.RunState `json:"state"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// RunDetail answers GET /v1/runs/{id}: the run and its steps.
+type RunDetail struct {
+	Run   core.Run    `json:"run"`
+	Steps []core.Step `json:"steps"`
+}
+
+// AddMemory is the body of POST /v1/memories.
+type AddMemory struct {
+	Text string `json:"text"`
+}
