@@ -40,7 +40,18 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 		return core.Revision{}, core.ErrClosed
 	}
 	var t *wtx
+	var replay *core.Revision
 	err := s.inTx(ctx, func() error {
+		if info.Key != "" {
+			revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, info.Key)
+			if err != nil {
+				return err
+			}
+			if len(revs) > 0 {
+				replay = &revs[0]
+				return nil
+			}
+		}
 		var err error
 		if t, err = s.begin(ctx, ws); err != nil {
 			return err
@@ -58,6 +69,9 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 	})
 	if err != nil {
 		return core.Revision{}, err
+	}
+	if replay != nil {
+		return *replay, nil
 	}
 	rev := t.revision(info)
 	if s.OnCommit != nil {

@@ -8,6 +8,10 @@ type CommitInfo struct {
 	Tenant  string
 	ExecID  string
 	Message string
+	// Key, when set, is the mutation's idempotency key: a commit with a
+	// key some revision of the workspace already holds applies nothing and
+	// returns that revision.
+	Key string
 	// Base, when non-zero, is the revision the changes were made against. If
 	// the head has moved past it, the commit succeeds only when none of its
 	// paths changed in between; otherwise it fails with a *ConflictError.

@@ -215,9 +215,28 @@ func (s *Store) RevisionInfo(ctx context.Context, ws, rev int64) (core.Revision,
 	return revs[0], nil
 }
 
+// RevisionByKey finds the revision of ws an API mutation with idempotency
+// key made (core.ErrNotFound if none).
+func (s *Store) RevisionByKey(ctx context.Context, ws int64, key string) (core.Revision, error) {
+	revs, err := s.revisions(ctx, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, key)
+	if err != nil {
+		return core.Revision{}, err
+	}
+	if len(revs) == 0 {
+		return core.Revision{}, fmt.Errorf("revision with key %q: %w", key, core.ErrNotFound)
+	}
+	return revs[0], nil
+}
+
 // revisions reads revision rows: SELECT ... FROM revisions, then where.
 func (s *Store) revisions(ctx context.Context, what, where string, args ...any) ([]core.Revision, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions `+where, args...)
+	return s.revisionsOn(ctx, s.rdb, what, where, args...)
+}
+
+func (s *Store) revisionsOn(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, what, where string, args ...any) ([]core.Revision, error) {
+	rows, err := db.QueryContext(ctx, `SELECT rev, time_ns, source, tenant, exec_id, message, changes FROM revisions `+where, args...)
 	if err != nil {
 		return nil, wrapDB(what, err)
 	}

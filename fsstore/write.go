@@ -205,6 +205,11 @@ func (t *wtx) finish(info CommitInfo) error {
 	if _, err := t.q.insRevision.ExecContext(t.ctx, t.ws.id, t.rev, t.now, string(info.Source), info.Tenant, info.ExecID, info.Message, t.changes); err != nil {
 		return fmt.Errorf("record revision: %w", err)
 	}
+	if info.Key != "" {
+		if _, err := t.s.wconn.ExecContext(t.ctx, `UPDATE revisions SET idem_key = ? WHERE ws = ? AND rev = ?`, info.Key, t.ws.id, t.rev); err != nil {
+			return fmt.Errorf("record revision key: %w", err)
+		}
+	}
 	if _, err := t.q.setHead.ExecContext(t.ctx, t.rev, t.ws.id); err != nil {
 		return fmt.Errorf("set head: %w", err)
 	}

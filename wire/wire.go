@@ -60,12 +60,16 @@ type Edit struct {
 	Old  string `json:"old"`
 	New  string `json:"new"`
 	All  bool   `json:"all,omitempty"` // replace every match; otherwise exactly one must exist
+	Key  string `json:"key,omitempty"` // idempotency key (or the Idempotency-Key header)
 }
 
 // EditResult answers an Edit.
 type EditResult struct {
 	Revision     core.Revision `json:"revision"`
 	Replacements int           `json:"replacements"`
+	// Replayed: an edit with this idempotency key had committed already;
+	// Revision is its revision and nothing was applied again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Restore is the body of POST /v1/workspaces/{ws}/restore.

@@ -259,6 +259,7 @@ type WriteOptions struct {
 	Mode      uint32 // permission bits; 0 keeps an existing file's (0644 for a new one)
 	Base      int64  // fail with a conflict if p changed after this revision
 	NoParents bool   // fail instead of creating missing parent directories
+	Key       string // idempotency key: a retry with the same key writes nothing again
 }
 
 // Write replaces p's contents with r, streaming, as one revision.
@@ -277,7 +278,11 @@ func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt Write
 	if err != nil {
 		return core.Revision{}, err
 	}
-	resp, err := c.do(ctx, request{method: "PUT", path: u, query: q, body: r, ctype: "application/octet-stream"})
+	req := request{method: "PUT", path: u, query: q, body: r, ctype: "application/octet-stream"}
+	if opt.Key != "" {
+		req.header = http.Header{wire.HeaderIdempotencyKey: {opt.Key}}
+	}
+	resp, err := c.do(ctx, req)
 	if err != nil {
 		return core.Revision{}, err
 	}

@@ -100,6 +100,13 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return badRequest("write: a file path is required")
 	}
+	if rev, ok, err := s.replayed(r, ws, r.Header.Get(wire.HeaderIdempotencyKey)); err != nil || ok {
+		drain(r.Body)
+		if err != nil {
+			return err
+		}
+		return s.answerRevision(w, http.StatusOK, rev)
+	}
 	var mode fs.FileMode
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
@@ -233,6 +240,12 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if rev, ok, err := s.replayed(r, ws, r.Header.Get(wire.HeaderIdempotencyKey)); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return s.answerRevision(w, http.StatusOK, rev)
+	}
 	msg := req.Message
 	if msg == "" {
 		msg = describeOps(req.Ops)
@@ -271,6 +284,20 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	key := req.Key
+	if h := r.Header.Get(wire.HeaderIdempotencyKey); h != "" {
+		if key != "" && key != h {
+			return badRequest("the key in the body and the Idempotency-Key header differ")
+		}
+		key = h
+	}
+	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
+		return writeJSON(w, http.StatusOK, wire.EditResult{Revision: rev, Replayed: true})
+	}
 	sn, err := s.Store.Snapshot(r.Context(), ws.ID, core.Head)
 	if err != nil {
 		return err
@@ -289,7 +316,9 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	data = bytes.ReplaceAll(data, []byte(req.Old), []byte(req.New))
 	var b core.Batch
 	b.Add(core.Op{Kind: core.OpCreate, Path: req.Path, Data: data})
-	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, sn.Rev, "edit "+req.Path))
+	info := commitInfo(r, sn.Rev, "edit "+req.Path)
+	info.Key = key
+	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, info)
 	if err != nil {
 		return err
 	}

@@ -340,9 +340,29 @@ func (s *Server) snapshot(r *http.Request) (*fsstore.Snapshot, error) {
 	return s.Store.Snapshot(r.Context(), ws.ID, rev)
 }
 
-// commitInfo is the record of an API mutation by the caller.
+// commitInfo is the record of an API mutation by the caller, with the
+// request's idempotency key.
 func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo {
-	return fsstore.CommitInfo{Source: core.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message}
+	return fsstore.CommitInfo{Source: core.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message,
+		Key: r.Header.Get(wire.HeaderIdempotencyKey)}
+}
+
+// replayed finds the revision an earlier mutation of ws with idempotency
+// key committed: a retry answers it and applies
+// nothing again. (The commit also checks, in its transaction, for two
+// retries racing.)
+func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.Revision, bool, error) {
+	if key == "" {
+		return core.Revision{}, false, nil
+	}
+	if len(key) > 256 {
+		return core.Revision{}, false, badRequest("idempotency key: at most 256 bytes")
+	}
+	rev, err := s.Store.RevisionByKey(r.Context(), ws.ID, key)
+	if errors.Is(err, core.ErrNotFound) {
+		return core.Revision{}, false, nil
+	}
+	return rev, err == nil, err
 }
 
 // answerRevision reports a committed revision.

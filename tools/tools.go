@@ -1,0 +1,161 @@
+// Package tools defines the tools a model drives a workspace with: their
+// names, JSON schemas and descriptions, and handlers that call computerd's
+// HTTP API. The agent loop (agentctl agent) and the MCP server both serve
+// exactly this set, so a model meets the same tools wherever it runs.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"computerd/agentctl/client"
+	"computerd/wire"
+)
+
+// MaxResult is the most text one tool result hands a model; longer output
+// keeps its head and tail around a marker, since a model's context is small
+// and the end of a command's output is where the error usually is.
+const MaxResult = 32 << 10
+
+// Tool is one tool a model can call.
+type Tool struct {
+	Name        string
+	Description string
+	Schema      json.RawMessage // a JSON Schema object for the arguments
+	// Mutates says the tool changes the workspace (a retry must not apply
+	// it twice: see Call.Key).
+	Mutates bool
+	run     func(ctx context.Context, s *Set, c Call) (Result, error)
+}
+
+// Call is one call of a tool.
+type Call struct {
+	Args json.RawMessage
+	// Key makes the call idempotent: exec passes it as the exec's
+	// idempotency key, so a retried call with the same key runs nothing
+	// again and answers the recorded result (or attaches to the command
+	// still running).
+	Key string
+	// Output, if set, receives exec output as it is produced.
+	Output func(stream string, data []byte)
+}
+
+// Result is what a tool call answers the model, and what the journal keeps.
+type Result struct {
+	Text    string `json:"text"`
+	IsError bool   `json:"is_error,omitempty"`
+	Code    string `json:"code,omitempty"` // the error's kind: a wire code, or "exit" for a command that failed
+	// For exec: the journal id and exit code; for any call that committed:
+	// the revision.
+	ExecID   string `json:"exec_id,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Rev      int64  `json:"rev,omitempty"`
+}
+
+// Set is the tool set bound to one workspace through one client.
+type Set struct {
+	Client    *client.Client
+	Workspace string
+}
+
+// Tools lists every tool, in a fixed order.
+func (s *Set) Tools() []Tool { return all }
+
+// Lookup finds a tool by name.
+func Lookup(name string) (Tool, bool) {
+	for _, t := range all {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Call runs tool name. Every failure, bad arguments included, comes back
+// as a Result with IsError and a code, for the model to read and act on;
+// only the context's end is an error of Call's own.
+func (s *Set) Call(ctx context.Context, name string, c Call) (Result, error) {
+	t, ok := Lookup(name)
+	if !ok {
+		return errResult(wire.CodeNotFound, fmt.Sprintf("no tool %q; the tools are %s", name, strings.Join(names(), ", "))), nil
+	}
+	res, err := t.run(ctx, s, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return errorResult(err), nil
+	}
+	res.Text = Clip(res.Text, MaxResult)
+	return res, nil
+}
+
+func names() []string {
+	out := make([]string, len(all))
+	for i, t := range all {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// argsError is a tool's complaint about its arguments.
+type argsError struct{ msg string }
+
+func (e *argsError) Error() string { return e.msg }
+
+// decode parses a call's arguments into v, refusing unknown fields so a
+// model's typo is reported rather than ignored.
+func decode(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &argsError{"bad arguments: " + err.Error()}
+	}
+	return nil
+}
+
+func errResult(code, msg string) Result { return Result{Text: msg, IsError: true, Code: code} }
+
+// errorResult turns an error into a tool result carrying its wire code.
+func errorResult(err error) Result {
+	var ae *argsError
+	if errors.As(err, &ae) {
+		return errResult(wire.CodeInvalid, ae.msg)
+	}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		code := ce.Body.Code
+		if code == "" {
+			code = wire.CodeInternal
+		}
+		msg := ce.Body.Message
+		if len(ce.Body.Paths) > 0 {
+			msg += " (paths: " + strings.Join(ce.Body.Paths, ", ") + ")"
+		}
+		return errResult(code, msg)
+	}
+	return errResult(wire.CodeUnavailable, err.Error())
+}
+
+// Clip bounds text to about max bytes, keeping its head and tail whole
+// UTF-8 sequences.
+func Clip(text string, max int) string {
+	if len(text) <= max {
+		return text
+	}
+	end, start := max/4, len(text)-(max-max/4)
+	for end > 0 && !utf8.RuneStart(text[end]) {
+		end--
+	}
+	for start < len(text) && !utf8.RuneStart(text[start]) {
+		start++
+	}
+	return fmt.Sprintf("%s\n[... %d bytes cut ...]\n%s", text[:end], start-end, text[start:])
+}
