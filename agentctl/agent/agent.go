@@ -1,0 +1,426 @@
+// Package agent is agentctl's model loop: it drives a model over exactly
+// the tools of package tools, and keeps every step in computerd's journal
+// of runs, recorded before it starts and when it ends. A run resumed after
+// its client died replays the finished steps from the journal instead of
+// taking them again; a tool call in flight at the crash is asked again with
+// the same idempotency key, so computerd answers the recorded result (or
+// attaches to the command still running) and nothing runs twice; a model
+// call in flight is asked again. The model's key stays in this process.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"computerd/agentctl/client"
+	"computerd/agentctl/model"
+	"computerd/core"
+	"computerd/tools"
+	"computerd/wire"
+)
+
+// Driver takes a run's steps.
+type Driver struct {
+	Client   *client.Client
+	Provider model.Provider
+	// Cost prices one model answer in USD (nil: 0).
+	Cost func(modelName string, u model.Usage) float64
+	// Events receives what happens, in order (nil: nothing).
+	Events func(Event)
+	// MaxAnswerTokens caps each model answer (0: the provider's default).
+	MaxAnswerTokens int64
+	// id is this driver's id in the journal, new for each Drive.
+	id string
+}
+
+// Event is one thing that happened in a run, as the terminal shows it and
+// --json prints it.
+type Event struct {
+	Type string `json:"type"` // see the Event* constants
+	Run  string `json:"run"`
+	Seq  int    `json:"seq,omitempty"`
+	// Text: a model's text (delta or whole answer), a tool result, a
+	// command's output, or a message.
+	Text     string          `json:"text,omitempty"`
+	Tool     string          `json:"tool,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Stream   string          `json:"stream,omitempty"`
+	IsError  bool            `json:"is_error,omitempty"`
+	Code     string          `json:"code,omitempty"`
+	ExitCode *int            `json:"exit_code,omitempty"`
+	Rev      int64           `json:"rev,omitempty"`
+	// Replayed: a step finished before this driver took the run, shown
+	// from the journal.
+	Replayed     bool          `json:"replayed,omitempty"`
+	InputTokens  int64         `json:"input_tokens,omitempty"`
+	OutputTokens int64         `json:"output_tokens,omitempty"`
+	Cost         float64       `json:"cost,omitempty"`
+	State        core.RunState `json:"state,omitempty"`
+}
+
+// Event types.
+const (
+	EventStart      = "start"       // the driver took the run
+	EventModelDelta = "model_delta" // a piece of the answer as it streams
+	EventRetry      = "model_retry" // the model call is asked again (Text: why)
+	EventModel      = "model"       // a model turn ended (Text: its answer)
+	EventToolCall   = "tool_call"   // a tool call begins
+	EventOutput     = "output"      // a line (or piece) of a command's output
+	EventToolResult = "tool_result" // a tool call ended
+	EventEnd        = "end"         // the run ended (State)
+)
+
+func (d *Driver) emit(ev Event) {
+	if d.Events != nil {
+		d.Events(ev)
+	}
+}
+
+// Start records a new run of task on ws; Drive takes it forward.
+func (d *Driver) Start(ctx context.Context, ws string, req wire.CreateRun) (core.Run, error) {
+	if req.Driver == "" {
+		req.Driver = newDriverID()
+	}
+	return d.Client.CreateRun(ctx, ws, req)
+}
+
+func newDriverID() string { return "d" + strings.TrimPrefix(core.NewRunID(), "r") }
+
+// context is what a run's first model step was given: recorded as that
+// step's arguments, so a resumed run asks the model exactly what the first
+// driver asked, whatever memories or skills changed since.
+type context0 struct {
+	System string `json:"system"`
+	Prompt string `json:"prompt"`
+}
+
+// Drive takes run id forward until it ends: it claims the run (so a driver
+// that is still alive elsewhere stops at its next step), replays what the
+// journal holds, and goes on from there. It returns the run as it ended.
+func (d *Driver) Drive(ctx context.Context, id string) (core.Run, error) {
+	d.id = newDriverID()
+	run, err := d.Client.ClaimRun(ctx, id, d.id)
+	if err != nil {
+		return run, err
+	}
+	detail, err := d.Client.Run(ctx, id)
+	if err != nil {
+		return run, err
+	}
+	d.emit(Event{Type: EventStart, Run: id, Text: run.Task})
+	set := &tools.Set{Client: d.Client, Workspace: run.WSName}
+	c := &conversation{d: d, run: run, set: set}
+	if err := c.replay(ctx, detail.Steps); err != nil {
+		return d.end(ctx, c, err)
+	}
+	for {
+		if err := c.step(ctx); err != nil {
+			return d.end(ctx, c, err)
+		}
+	}
+}
+
+// errEnd ends a run in a final state.
+type errEnd struct {
+	state core.RunState
+	msg   string
+}
+
+func (e *errEnd) Error() string { return fmt.Sprintf("run %s: %s", e.state, e.msg) }
+
+// end records how the run ended, unless another driver took it over.
+func (d *Driver) end(ctx context.Context, c *conversation, err error) (core.Run, error) {
+	state, msg := core.RunFailed, ""
+	var ee *errEnd
+	switch {
+	case errors.As(err, &ee):
+		state, msg, err = ee.state, ee.msg, nil
+	case errors.Is(err, core.ErrConflict):
+		// Resumed elsewhere: the new driver owns the run now.
+		return c.run, fmt.Errorf("run %s was taken over by another agentctl: %w", c.run.ID, err)
+	case ctx.Err() != nil:
+		// This process is stopping (a signal): the run stays running for
+		// a resume.
+		return c.run, ctx.Err()
+	default:
+		msg = err.Error()
+	}
+	run, endErr := d.Client.EndRun(context.WithoutCancel(ctx), c.run.ID, d.id, state, msg)
+	if endErr != nil {
+		return c.run, errors.Join(err, endErr)
+	}
+	d.emit(Event{Type: EventEnd, Run: run.ID, State: run.State, Text: run.Error,
+		InputTokens: run.InputTokens, OutputTokens: run.OutputTokens, Cost: run.Cost})
+	return run, err
+}
+
+// conversation is a run's messages so far and where its journal stands.
+type conversation struct {
+	d       *Driver
+	run     core.Run
+	set     *tools.Set
+	system  string
+	msgs    []model.Message
+	next    int             // the next step's number
+	pending []core.ToolCall // calls of the last model turn not yet answered
+	done    bool            // the last model turn asked for no tools
+	tokens  model.Usage
+	cost    float64
+}
+
+// replay rebuilds the conversation from the journal, and finishes any
+// step that was in flight when the last driver stopped.
+func (c *conversation) replay(ctx context.Context, steps []core.Step) error {
+	c.next = 1
+	for _, st := range steps {
+		c.next = st.Seq + 1
+		switch st.Kind {
+		case core.StepModel:
+			if st.Seq == 1 {
+				var c0 context0
+				if err := json.Unmarshal(st.Args, &c0); err != nil {
+					return fmt.Errorf("run %s: step 1 has no context: %w", c.run.ID, err)
+				}
+				c.system = c0.System
+				c.msgs = []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+			}
+			if st.State != core.StepDone {
+				// A model call in flight is asked again.
+				return c.model(ctx, st.Seq)
+			}
+			c.d.emit(Event{Type: EventModel, Run: c.run.ID, Seq: st.Seq, Text: st.Text, Replayed: true,
+				InputTokens: st.InputTokens, OutputTokens: st.OutputTokens, Cost: st.Cost})
+			c.answered(st)
+		case core.StepTool:
+			call := core.ToolCall{ID: st.CallID, Name: st.Tool, Args: st.Args}
+			if st.State != core.StepDone {
+				// A tool call in flight is asked again with its key:
+				// computerd answers the recorded result or attaches.
+				return c.tool(ctx, st.Seq, call)
+			}
+			c.d.emit(Event{Type: EventToolResult, Run: c.run.ID, Seq: st.Seq, Tool: st.Tool, Args: st.Args, Text: st.Text,
+				IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev, Replayed: true})
+			c.toolAnswered(call, st.Text, st.IsError)
+		}
+	}
+	return nil
+}
+
+// answered adds a finished model turn to the conversation.
+func (c *conversation) answered(st core.Step) {
+	msg := model.Message{Role: model.RoleAssistant, Text: st.Text}
+	for _, call := range st.Calls {
+		msg.ToolCalls = append(msg.ToolCalls, model.ToolCall{ID: call.ID, Name: call.Name, Args: call.Args})
+	}
+	c.msgs = append(c.msgs, msg)
+	c.pending = append([]core.ToolCall(nil), st.Calls...)
+	c.done = len(st.Calls) == 0
+	c.tokens = c.tokens.Add(model.Usage{InputTokens: st.InputTokens, OutputTokens: st.OutputTokens})
+	c.cost += st.Cost
+}
+
+// toolAnswered adds a tool's result to the conversation.
+func (c *conversation) toolAnswered(call core.ToolCall, text string, isError bool) {
+	c.msgs = append(c.msgs, model.Message{Role: model.RoleTool, ToolCallID: call.ID, Text: text, IsError: isError})
+	for i, p := range c.pending {
+		if p.ID == call.ID {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			break
+		}
+	}
+}
+
+// step takes the run's next step: a pending tool call, or a model turn.
+func (c *conversation) step(ctx context.Context) error {
+	if len(c.pending) > 0 {
+		return c.tool(ctx, c.next, c.pending[0])
+	}
+	if c.done {
+		return &errEnd{state: core.RunDone}
+	}
+	if err := c.checkLimits(ctx); err != nil {
+		return err
+	}
+	return c.model(ctx, c.next)
+}
+
+// checkLimits ends the run when it was cancelled or hit a limit.
+func (c *conversation) checkLimits(ctx context.Context) error {
+	detail, err := c.d.Client.Run(ctx, c.run.ID)
+	if err != nil {
+		return err
+	}
+	run := detail.Run
+	if run.Driver != c.d.id {
+		return fmt.Errorf("run %s: %w", run.ID, core.ErrConflict)
+	}
+	c.run = run
+	l := run.Limits
+	models := 0
+	for _, st := range detail.Steps {
+		if st.Kind == core.StepModel {
+			models++
+		}
+	}
+	switch {
+	case run.Cancel:
+		return &errEnd{state: core.RunCancelled, msg: "cancelled"}
+	case l.MaxSteps > 0 && models >= l.MaxSteps:
+		return &errEnd{state: core.RunLimited, msg: fmt.Sprintf("reached --max-steps %d", l.MaxSteps)}
+	case l.MaxTokens > 0 && run.InputTokens+run.OutputTokens >= l.MaxTokens:
+		return &errEnd{state: core.RunLimited, msg: fmt.Sprintf("reached --max-tokens %d (used %d)", l.MaxTokens, run.InputTokens+run.OutputTokens)}
+	case l.MaxCost > 0 && run.Cost >= l.MaxCost:
+		return &errEnd{state: core.RunLimited, msg: fmt.Sprintf("reached --max-cost $%.4f (spent $%.4f)", l.MaxCost, run.Cost)}
+	}
+	if l.Timeout != "" {
+		if d, err := time.ParseDuration(l.Timeout); err == nil && time.Since(run.Created) > d {
+			return &errEnd{state: core.RunLimited, msg: fmt.Sprintf("reached --timeout %s", l.Timeout)}
+		}
+	}
+	return nil
+}
+
+// model takes model step seq: recorded, asked, recorded again.
+func (c *conversation) model(ctx context.Context, seq int) error {
+	st := core.Step{Run: c.run.ID, Seq: seq, Kind: core.StepModel}
+	if seq == 1 {
+		if c.msgs == nil {
+			c0, err := c.firstContext(ctx)
+			if err != nil {
+				return err
+			}
+			c.system = c0.System
+			c.msgs = []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+		}
+		args, _ := json.Marshal(context0{System: c.system, Prompt: c.msgs[0].Text})
+		st.Args = args
+	}
+	rec, err := c.d.Client.BeginStep(ctx, c.d.id, st)
+	if err != nil {
+		return err
+	}
+	if seq == 1 && len(rec.Args) > 0 {
+		// Asked again after a crash: the recorded context is the one.
+		var c0 context0
+		if json.Unmarshal(rec.Args, &c0) == nil {
+			c.system, c.msgs = c0.System, []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+		}
+	}
+	req := model.Request{Model: c.run.Model, System: c.system, Messages: c.msgs, Tools: modelTools(c.set), MaxTokens: c.d.MaxAnswerTokens}
+	resp, err := c.d.Provider.Complete(ctx, req, func(ev model.Event) {
+		switch {
+		case ev.Text != "":
+			c.d.emit(Event{Type: EventModelDelta, Run: c.run.ID, Seq: seq, Text: ev.Text})
+		case ev.Retry != nil:
+			c.d.emit(Event{Type: EventRetry, Run: c.run.ID, Seq: seq, Text: fmt.Sprintf("%v; asking again in %v", ev.Retry, ev.RetryIn.Round(time.Millisecond))})
+		}
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The model cannot answer (after its retries): the step ends as
+		// an error and so does the run.
+		st.Text, st.IsError, st.Code = err.Error(), true, "model"
+		if _, endErr := c.d.Client.EndStep(ctx, c.d.id, st); endErr != nil {
+			return errors.Join(err, endErr)
+		}
+		return &errEnd{state: core.RunFailed, msg: "model: " + err.Error()}
+	}
+	st.Text = resp.Message.Text
+	for _, call := range resp.Message.ToolCalls {
+		st.Calls = append(st.Calls, core.ToolCall{ID: call.ID, Name: call.Name, Args: call.Args})
+	}
+	st.InputTokens, st.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
+	if c.d.Cost != nil {
+		st.Cost = c.d.Cost(c.run.Model, resp.Usage)
+	}
+	rec, err = c.d.Client.EndStep(ctx, c.d.id, st)
+	if err != nil {
+		return err
+	}
+	c.d.emit(Event{Type: EventModel, Run: c.run.ID, Seq: seq, Text: rec.Text, InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens, Cost: rec.Cost})
+	c.answered(rec)
+	c.next = seq + 1
+	return nil
+}
+
+// firstContext builds what the model is first told: the system prompt,
+// the tenant's memories, the skill the run follows, and the task.
+func (c *conversation) firstContext(ctx context.Context) (context0, error) {
+	c0 := context0{System: systemPrompt}
+	var b strings.Builder
+	mems, err := c.d.Client.Memories(ctx)
+	if err != nil {
+		return c0, err
+	}
+	if len(mems) > 0 {
+		b.WriteString("Facts to keep in mind (saved by the user):\n")
+		for _, m := range mems {
+			fmt.Fprintf(&b, "- %s\n", m.Text)
+		}
+		b.WriteString("\n")
+	}
+	if c.run.Skill != "" {
+		sk, err := c.d.Client.Skill(ctx, c.run.Skill)
+		if err != nil {
+			return c0, err
+		}
+		fmt.Fprintf(&b, "Follow this procedure (skill %q):\n%s\n\n", sk.Name, sk.Body)
+	}
+	fmt.Fprintf(&b, "Task: %s", c.run.Task)
+	c0.Prompt = b.String()
+	return c0, nil
+}
+
+// tool takes tool step seq: recorded, run with the step's idempotency key,
+// recorded again.
+func (c *conversation) tool(ctx context.Context, seq int, call core.ToolCall) error {
+	st := core.Step{Run: c.run.ID, Seq: seq, Kind: core.StepTool, Tool: call.Name, CallID: call.ID, Args: call.Args}
+	if !json.Valid(st.Args) {
+		st.Args = nil // the model wrote bad JSON: the tool says so below
+	}
+	if _, err := c.d.Client.BeginStep(ctx, c.d.id, st); err != nil {
+		return err
+	}
+	c.d.emit(Event{Type: EventToolCall, Run: c.run.ID, Seq: seq, Tool: call.Name, Args: st.Args})
+	res, err := c.set.Call(ctx, call.Name, tools.Call{Args: call.Args, Key: StepKey(c.run.ID, seq),
+		Output: func(stream string, data []byte) {
+			c.d.emit(Event{Type: EventOutput, Run: c.run.ID, Seq: seq, Stream: stream, Text: string(data)})
+		}})
+	if err != nil {
+		return err
+	}
+	st.Text, st.IsError, st.Code, st.ExecID, st.ExitCode, st.Rev = res.Text, res.IsError, res.Code, res.ExecID, res.ExitCode, res.Rev
+	if _, err := c.d.Client.EndStep(ctx, c.d.id, st); err != nil {
+		return err
+	}
+	c.d.emit(Event{Type: EventToolResult, Run: c.run.ID, Seq: seq, Tool: call.Name, Text: res.Text,
+		IsError: res.IsError, Code: res.Code, ExitCode: res.ExitCode, Rev: res.Rev})
+	c.toolAnswered(call, res.Text, res.IsError)
+	c.next = seq + 1
+	return nil
+}
+
+// StepKey is the idempotency key of a run's step: the same on every
+// resume, so computerd never runs that step's command or mutation twice.
+func StepKey(run string, seq int) string { return fmt.Sprintf("%s/%d", run, seq) }
+
+func modelTools(s *tools.Set) []model.Tool {
+	ts := s.Tools()
+	out := make([]model.Tool, len(ts))
+	for i, t := range ts {
+		out[i] = model.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema}
+	}
+	return out
+}
+
+const systemPrompt = `You are a coding agent working in a durable workspace: a revisioned file tree kept by computerd.
+Use the tools to read, search and change files, and exec to run commands (a fresh sandbox each time, the workspace at /workspace, no network).
+Every change you make is a revision, so nothing is lost; keep changes focused on the task.
+Work step by step: look before you change, run the tests or build after changing, read errors carefully.
+When the task is done, answer with a short summary of what you changed and why, and call no tool.`
