@@ -93,10 +93,8 @@ func codeOfStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return CodeInvalid
-	case http.StatusUnauthorized:
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return CodeUnauthorized
-	case http.StatusForbidden:
-		return CodeLimit
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:
