@@ -85,7 +85,12 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 		return res.Revision, name, err
 	default:
 		var we *wire.Error
-		if errors.As(err, &we) && we.Status >= 400 && we.Status < 500 && !errors.Is(err, core.ErrMissingChunk) {
+		switch {
+		case errors.Is(err, core.ErrMissingChunk):
+			// No verdict on the changes themselves: the next push
+			// carries every chunk they name again.
+			return res.Revision, "", fmt.Errorf("%w: %v", fusefs.ErrKeepDraft, err)
+		case errors.As(err, &we) && we.Status >= 400 && we.Status < 500:
 			return res.Revision, "", err // the home refused it: retrying will not help
 		}
 		return res.Revision, "", fmt.Errorf("%w: home unreachable: %v", fusefs.ErrKeepDraft, err)
