@@ -119,7 +119,6 @@ func errorBody(err error) *wire.Error {
 	case errors.Is(err, fs.ErrNotExist):
 		body.Code = wire.CodeNotFound
 	}
-	body.Status = 0
 	return body
 }
 
