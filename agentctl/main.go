@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,9 +14,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := command.Run(ctx, os.Args, command.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
-	if _, isExit := err.(*command.ExitError); err != nil && !isExit {
-		fmt.Fprintln(os.Stderr, "agentctl:", err)
-	}
-	os.Exit(command.ExitStatus(err))
+	status := command.Main(ctx, os.Args, command.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(status)
 }

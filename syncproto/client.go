@@ -28,47 +28,20 @@ type Client struct {
 	HTTP  *http.Client
 }
 
-// RemoteError is a failed call as the home explained it.
-type RemoteError struct {
-	Status int
-	Body   wire.Error
-}
-
-func (e *RemoteError) Error() string { return "home: " + e.Body.Message }
-
-// Unwrap maps a conflict to core.ErrConflict.
-func (e *RemoteError) Unwrap() error {
-	if e.Body.Code == wire.CodeConflict {
-		return core.ErrConflict
-	}
-	return nil
+// caller is c's request path: the API clients' own, plus the protocol
+// version on every request. Its failures are *wire.Error values that
+// classify by the core sentinels (a conflict as a *core.ConflictError).
+func (c *Client) caller() *wire.Caller {
+	return &wire.Caller{BaseURL: c.URL, Token: c.Token, HTTP: c.HTTP,
+		Header: http.Header{HeaderVersion: {strconv.Itoa(Version)}}}
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.URL, "/")+path, body)
+	resp, err := c.caller().Do(ctx, wire.Request{Method: method, Path: path, Body: body})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("home: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set(HeaderVersion, strconv.Itoa(Version))
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	e := &RemoteError{Status: resp.StatusCode}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if json.Unmarshal(b, &e.Body) != nil || e.Body.Message == "" {
-		e.Body.Message = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
-	}
-	return nil, e
+	return resp, nil
 }
 
 func (c *Client) post(ctx context.Context, path string, in any) (*http.Response, error) {
@@ -301,9 +274,9 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 	resp, err := m.Client.do(ctx, "POST", syncPath(ws, "push"), pr)
 	pr.Close()
 	if err != nil {
-		var re *RemoteError
-		if errors.As(err, &re) && re.Body.Code == wire.CodeConflict {
-			return PushResult{}, &core.ConflictError{Base: hdr.Base, Paths: re.Body.Paths}
+		var ce *core.ConflictError
+		if errors.As(err, &ce) {
+			return PushResult{}, &core.ConflictError{Base: hdr.Base, Paths: ce.Paths}
 		}
 		return PushResult{}, err
 	}

@@ -129,15 +129,15 @@ func errorResult(err error) Result {
 	if errors.As(err, &ae) {
 		return errResult(wire.CodeInvalid, ae.msg)
 	}
-	var ce *client.Error
-	if errors.As(err, &ce) {
-		code := ce.Body.Code
+	var we *wire.Error
+	if errors.As(err, &we) {
+		code := we.Code
 		if code == "" {
 			code = wire.CodeInternal
 		}
-		msg := ce.Body.Message
-		if len(ce.Body.Paths) > 0 {
-			msg += " (paths: " + strings.Join(ce.Body.Paths, ", ") + ")"
+		msg := we.Message
+		if len(we.Paths) > 0 {
+			msg += " (paths: " + strings.Join(we.Paths, ", ") + ")"
 		}
 		return errResult(code, msg)
 	}

@@ -1,5 +1,8 @@
-// Package wire defines the JSON bodies of computerd's HTTP API (v1), shared
-// by the server (computerd/api) and the client (agentctl/client).
+// Package wire defines computerd's HTTP API (v1) as both ends speak it:
+// the JSON bodies, the error codes and their table (errors.go), and the
+// one request path every Go client takes (caller.go). The server
+// (computerd/api) and the clients (agentctl/client, syncproto) share it, so
+// a kind of failure means the same on both sides of the connection.
 package wire
 
 import "computerd/core"
@@ -14,26 +17,6 @@ const (
 	HeaderRevision = "Computerd-Revision"
 	// HeaderIdempotencyKey makes a retried mutation return the first answer.
 	HeaderIdempotencyKey = "Idempotency-Key"
-)
-
-// Error is the body of every failed call.
-type Error struct {
-	Code    string   `json:"code"`            // machine-readable: not_found, exists, invalid, conflict, ...
-	Message string   `json:"error"`           // human-readable, shown by agentctl
-	Paths   []string `json:"paths,omitempty"` // for conflicts: the paths that changed since the base
-}
-
-// Error codes.
-const (
-	CodeNotFound     = "not_found"
-	CodeExists       = "exists"
-	CodeInvalid      = "invalid"
-	CodeConflict     = "conflict"
-	CodeUnauthorized = "unauthorized"
-	CodeTooLarge     = "too_large"
-	CodeLimit        = "limit_exceeded"
-	CodeInternal     = "internal"
-	CodeUnavailable  = "unavailable"
 )
 
 // CreateWorkspace is the body of POST /v1/workspaces.

@@ -19,30 +19,22 @@ import (
 	"computerd/wire"
 )
 
-// Client calls one computerd as one tenant.
+// Client calls one computerd as one tenant. Its failures are
+// *wire.Error values that errors.Is and errors.As classify by the core
+// sentinels, exactly as the store's own errors.
 type Client struct {
-	BaseURL string // e.g. http://127.0.0.1:7777
-	Token   string
-	HTTP    *http.Client
+	wire.Caller
 }
 
 // New returns a client for the server at baseURL using token.
 func New(baseURL, token string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}
+	return &Client{wire.Caller{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}}
 }
 
-// Error is a failed call as the server explained it.
-type Error struct {
-	Status int
-	Body   wire.Error
-}
-
-func (e *Error) Error() string { return e.Body.Message }
-
-// IsNotFound reports whether err is the server's not-found answer.
+// IsNotFound reports whether err says that what a call named does not
+// exist: a path, a workspace or a revision.
 func IsNotFound(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusNotFound
+	return errors.Is(err, core.ErrNotFound) || errors.Is(err, core.ErrWorkspaceNotFound) || errors.Is(err, core.ErrUnknownRevision)
 }
 
 // escapePath validates a workspace path and escapes each segment for a
@@ -72,76 +64,6 @@ func wsPath(ws string, rest ...string) string {
 	return "/v1/workspaces/" + url.PathEscape(ws) + strings.Join(rest, "")
 }
 
-// request is one API call.
-type request struct {
-	method string
-	path   string
-	query  url.Values
-	body   io.Reader
-	ctype  string
-	header http.Header
-}
-
-// do sends req and returns the response of a successful call; any other
-// answer becomes an *Error.
-func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
-	u := c.BaseURL + req.path
-	if len(req.query) > 0 {
-		u += "?" + req.query.Encode()
-	}
-	hr, err := http.NewRequestWithContext(ctx, req.method, u, req.body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range req.header {
-		hr.Header[k] = v
-	}
-	if req.ctype != "" {
-		hr.Header.Set("Content-Type", req.ctype)
-	}
-	if c.Token != "" {
-		hr.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := c.HTTP.Do(hr)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	e := &Error{Status: resp.StatusCode}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if json.Unmarshal(body, &e.Body) != nil || e.Body.Message == "" {
-		e.Body.Message = fmt.Sprintf("%s %s: %s: %s", req.method, req.path, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return nil, e
-}
-
-// call sends in (if not nil) as JSON and decodes the answer into out (if not nil).
-func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	req := request{method: method, path: path, query: query}
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		req.body, req.ctype = bytes.NewReader(b), "application/json"
-	}
-	resp, err := c.do(ctx, req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: bad answer: %w", method, path, err)
-	}
-	return nil
-}
-
 func revQuery(rev int64) url.Values {
 	q := url.Values{}
 	if rev > 0 {
@@ -153,30 +75,30 @@ func revQuery(rev int64) url.Values {
 // Workspaces lists the tenant's workspaces.
 func (c *Client) Workspaces(ctx context.Context) ([]core.Workspace, error) {
 	var out []core.Workspace
-	return out, c.call(ctx, "GET", "/v1/workspaces", nil, nil, &out)
+	return out, c.Call(ctx, "GET", "/v1/workspaces", nil, nil, &out)
 }
 
 // CreateWorkspace makes an empty workspace.
 func (c *Client) CreateWorkspace(ctx context.Context, name string) (core.Workspace, error) {
 	var out core.Workspace
-	return out, c.call(ctx, "POST", "/v1/workspaces", nil, wire.CreateWorkspace{Name: name}, &out)
+	return out, c.Call(ctx, "POST", "/v1/workspaces", nil, wire.CreateWorkspace{Name: name}, &out)
 }
 
 // Workspace describes one workspace.
 func (c *Client) Workspace(ctx context.Context, name string) (core.Workspace, error) {
 	var out core.Workspace
-	return out, c.call(ctx, "GET", wsPath(name), nil, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(name), nil, nil, &out)
 }
 
 // DeleteWorkspace removes a workspace and its history.
 func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
-	return c.call(ctx, "DELETE", wsPath(name), nil, nil, nil)
+	return c.Call(ctx, "DELETE", wsPath(name), nil, nil, nil)
 }
 
 // Fork makes workspace name from src at rev (0: head), copying no bytes.
 func (c *Client) Fork(ctx context.Context, src, name string, rev int64) (core.Workspace, error) {
 	var out core.Workspace
-	return out, c.call(ctx, "POST", wsPath(src, "/fork"), nil, wire.Fork{Name: name, Rev: rev}, &out)
+	return out, c.Call(ctx, "POST", wsPath(src, "/fork"), nil, wire.Fork{Name: name, Rev: rev}, &out)
 }
 
 // Log lists revisions, newest first (limit 0: all).
@@ -186,7 +108,7 @@ func (c *Client) Log(ctx context.Context, ws string, limit int) ([]core.Revision
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out []core.Revision
-	return out, c.call(ctx, "GET", wsPath(ws, "/log"), q, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/log"), q, nil, &out)
 }
 
 func diffQuery(from, to int64, format string) url.Values {
@@ -202,7 +124,7 @@ func diffQuery(from, to int64, format string) url.Values {
 
 // Diff streams the unified diff from..to (0 for to: head; 0 for from: the revision before to).
 func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/diff"), query: diffQuery(from, to, "unified")})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/diff"), Query: diffQuery(from, to, "unified")})
 	if err != nil {
 		return nil, err
 	}
@@ -212,19 +134,19 @@ func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCl
 // DiffStat summarises from..to per file.
 func (c *Client) DiffStat(ctx context.Context, ws string, from, to int64) ([]core.FileChange, error) {
 	var out []core.FileChange
-	return out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "stat"), nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "stat"), nil, &out)
 }
 
 // Changeset returns the ops from..to.
 func (c *Client) Changeset(ctx context.Context, ws string, from, to int64) (*core.Changeset, error) {
 	var out core.Changeset
-	return &out, c.call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "changeset"), nil, &out)
+	return &out, c.Call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "changeset"), nil, &out)
 }
 
 // Restore makes p (or the whole tree when p is "") as it was at rev, as a new revision.
 func (c *Client) Restore(ctx context.Context, ws string, rev int64, p string) (core.Revision, error) {
 	var out core.Revision
-	return out, c.call(ctx, "POST", wsPath(ws, "/restore"), nil, wire.Restore{Rev: rev, Path: p}, &out)
+	return out, c.Call(ctx, "POST", wsPath(ws, "/restore"), nil, wire.Restore{Rev: rev, Path: p}, &out)
 }
 
 // ReadOptions select what Read returns.
@@ -247,7 +169,7 @@ func (c *Client) Read(ctx context.Context, ws, p string, opt ReadOptions) (io.Re
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.do(ctx, request{method: "GET", path: u, query: q})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: u, Query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -278,11 +200,11 @@ func (c *Client) Write(ctx context.Context, ws, p string, r io.Reader, opt Write
 	if err != nil {
 		return core.Revision{}, err
 	}
-	req := request{method: "PUT", path: u, query: q, body: r, ctype: "application/octet-stream"}
+	req := wire.Request{Method: "PUT", Path: u, Query: q, Body: r, ContentType: "application/octet-stream"}
 	if opt.Key != "" {
-		req.header = http.Header{wire.HeaderIdempotencyKey: {opt.Key}}
+		req.Header = http.Header{wire.HeaderIdempotencyKey: {opt.Key}}
 	}
-	resp, err := c.do(ctx, req)
+	resp, err := c.Do(ctx, req)
 	if err != nil {
 		return core.Revision{}, err
 	}
@@ -298,7 +220,7 @@ func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (core.Stat, 
 	if err != nil {
 		return out, err
 	}
-	return out, c.call(ctx, "GET", u, revQuery(rev), nil, &out)
+	return out, c.Call(ctx, "GET", u, revQuery(rev), nil, &out)
 }
 
 // List returns the entries of directory p (or p itself if it is not one).
@@ -312,19 +234,19 @@ func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bo
 	if err != nil {
 		return out, err
 	}
-	return out, c.call(ctx, "GET", u, q, nil, &out)
+	return out, c.Call(ctx, "GET", u, q, nil, &out)
 }
 
 // Ops commits a batch of ops as one revision.
 func (c *Client) Ops(ctx context.Context, ws string, batch wire.Ops) (core.Revision, error) {
 	var out core.Revision
-	return out, c.call(ctx, "POST", wsPath(ws, "/ops"), nil, batch, &out)
+	return out, c.Call(ctx, "POST", wsPath(ws, "/ops"), nil, batch, &out)
 }
 
 // Edit replaces old by new in p (exactly one match unless all).
 func (c *Client) Edit(ctx context.Context, ws string, e wire.Edit) (wire.EditResult, error) {
 	var out wire.EditResult
-	return out, c.call(ctx, "POST", wsPath(ws, "/edit"), nil, e, &out)
+	return out, c.Call(ctx, "POST", wsPath(ws, "/edit"), nil, e, &out)
 }
 
 // FindOptions select Find's results.
@@ -344,7 +266,7 @@ func (c *Client) Find(ctx context.Context, ws string, opt FindOptions) ([]string
 		}
 	}
 	var out []string
-	return out, c.call(ctx, "GET", wsPath(ws, "/find"), q, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/find"), q, nil, &out)
 }
 
 // GrepOptions select Grep's search.
@@ -377,7 +299,7 @@ func (c *Client) Grep(ctx context.Context, ws string, opt GrepOptions, fn func(w
 	if opt.Max > 0 {
 		q.Set("max", strconv.Itoa(opt.Max))
 	}
-	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/grep"), query: q})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/grep"), Query: q})
 	if err != nil {
 		return err
 	}
@@ -415,7 +337,7 @@ func (c *Client) Export(ctx context.Context, ws string, opt ExportOptions) (io.R
 	if opt.Gzip {
 		q.Set("gzip", "1")
 	}
-	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/export"), query: q})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/export"), Query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +359,7 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 	if opt.Merge {
 		q.Set("merge", "1")
 	}
-	resp, err := c.do(ctx, request{method: "POST", path: wsPath(ws, "/attach"), query: q, body: archive, ctype: "application/x-tar"})
+	resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/attach"), Query: q, Body: archive, ContentType: "application/x-tar"})
 	if err != nil {
 		return wire.AttachResult{}, err
 	}
@@ -454,7 +376,7 @@ func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn f
 	if err != nil {
 		return core.Exec{}, err
 	}
-	resp, err := c.do(ctx, request{method: "POST", path: wsPath(ws, "/exec"), body: bytes.NewReader(b), ctype: "application/json"})
+	resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/exec"), Body: bytes.NewReader(b), ContentType: "application/json"})
 	if err != nil {
 		return core.Exec{}, err
 	}
@@ -463,7 +385,7 @@ func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn f
 
 // FollowExec streams the events of exec id from its start.
 func (c *Client) FollowExec(ctx context.Context, ws, id string, fn func(wire.ExecEvent) error) (core.Exec, error) {
-	resp, err := c.do(ctx, request{method: "GET", path: wsPath(ws, "/execs/", url.PathEscape(id), "/events")})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/execs/", url.PathEscape(id), "/events")})
 	if err != nil {
 		return core.Exec{}, err
 	}
@@ -501,33 +423,33 @@ func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]core.Exec, 
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out []core.Exec
-	return out, c.call(ctx, "GET", wsPath(ws, "/execs"), q, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/execs"), q, nil, &out)
 }
 
 // ExecRecord returns one exec's journal record.
 func (c *Client) ExecRecord(ctx context.Context, ws, id string) (core.Exec, error) {
 	var out core.Exec
-	return out, c.call(ctx, "GET", wsPath(ws, "/execs/", url.PathEscape(id)), nil, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/execs/", url.PathEscape(id)), nil, nil, &out)
 }
 
 // KillExec ends a running exec.
 func (c *Client) KillExec(ctx context.Context, ws, id string) error {
-	return c.call(ctx, "POST", wsPath(ws, "/execs/", url.PathEscape(id), "/kill"), nil, nil, nil)
+	return c.Call(ctx, "POST", wsPath(ws, "/execs/", url.PathEscape(id), "/kill"), nil, nil, nil)
 }
 
 // Mount has the daemon serve ws at dir (an absolute, empty directory on its host).
 func (c *Client) Mount(ctx context.Context, ws, dir string) (wire.MountInfo, error) {
 	var out wire.MountInfo
-	return out, c.call(ctx, "POST", wsPath(ws, "/mount"), nil, wire.Mount{Dir: dir}, &out)
+	return out, c.Call(ctx, "POST", wsPath(ws, "/mount"), nil, wire.Mount{Dir: dir}, &out)
 }
 
 // Unmount commits what is pending at dir and unmounts it.
 func (c *Client) Unmount(ctx context.Context, dir string) error {
-	return c.call(ctx, "POST", "/v1/mounts/unmount", nil, wire.Mount{Dir: dir}, nil)
+	return c.Call(ctx, "POST", "/v1/mounts/unmount", nil, wire.Mount{Dir: dir}, nil)
 }
 
 // Mounts lists the tenant's live mounts.
 func (c *Client) Mounts(ctx context.Context) ([]wire.MountInfo, error) {
 	var out []wire.MountInfo
-	return out, c.call(ctx, "GET", "/v1/mounts", nil, nil, &out)
+	return out, c.Call(ctx, "GET", "/v1/mounts", nil, nil, &out)
 }

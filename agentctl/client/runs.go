@@ -23,7 +23,7 @@ func runPath(id string, rest ...string) string {
 // CreateRun records a new agent run on workspace ws, driven by req.Driver.
 func (c *Client) CreateRun(ctx context.Context, ws string, req wire.CreateRun) (core.Run, error) {
 	var out core.Run
-	return out, c.call(ctx, "POST", wsPath(ws, "/runs"), nil, req, &out)
+	return out, c.Call(ctx, "POST", wsPath(ws, "/runs"), nil, req, &out)
 }
 
 // Runs lists a workspace's runs, newest first.
@@ -33,44 +33,44 @@ func (c *Client) Runs(ctx context.Context, ws string, limit int) ([]core.Run, er
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out []core.Run
-	return out, c.call(ctx, "GET", wsPath(ws, "/runs"), q, nil, &out)
+	return out, c.Call(ctx, "GET", wsPath(ws, "/runs"), q, nil, &out)
 }
 
 // Run returns a run and its steps.
 func (c *Client) Run(ctx context.Context, id string) (wire.RunDetail, error) {
 	var out wire.RunDetail
-	return out, c.call(ctx, "GET", runPath(id), nil, nil, &out)
+	return out, c.Call(ctx, "GET", runPath(id), nil, nil, &out)
 }
 
 // ClaimRun makes driver the run's driver (a resume).
 func (c *Client) ClaimRun(ctx context.Context, id, driver string) (core.Run, error) {
 	var out core.Run
-	return out, c.call(ctx, "POST", runPath(id, "/claim"), nil, wire.ClaimRun{Driver: driver}, &out)
+	return out, c.Call(ctx, "POST", runPath(id, "/claim"), nil, wire.ClaimRun{Driver: driver}, &out)
 }
 
 // BeginStep records that step st begins; if it was recorded already, the
 // recorded step comes back.
 func (c *Client) BeginStep(ctx context.Context, driver string, st core.Step) (core.Step, error) {
 	var out core.Step
-	return out, c.call(ctx, "POST", runPath(st.Run, "/steps"), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
+	return out, c.Call(ctx, "POST", runPath(st.Run, "/steps"), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
 }
 
 // EndStep records step st's result.
 func (c *Client) EndStep(ctx context.Context, driver string, st core.Step) (core.Step, error) {
 	var out core.Step
-	return out, c.call(ctx, "PUT", runPath(st.Run, "/steps/", strconv.Itoa(st.Seq)), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
+	return out, c.Call(ctx, "PUT", runPath(st.Run, "/steps/", strconv.Itoa(st.Seq)), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
 }
 
 // EndRun records that the run ended in state.
 func (c *Client) EndRun(ctx context.Context, id, driver string, state core.RunState, msg string) (core.Run, error) {
 	var out core.Run
-	return out, c.call(ctx, "POST", runPath(id, "/end"), nil, wire.EndRun{Driver: driver, State: state, Error: msg}, &out)
+	return out, c.Call(ctx, "POST", runPath(id, "/end"), nil, wire.EndRun{Driver: driver, State: state, Error: msg}, &out)
 }
 
 // CancelRun asks a run to stop.
 func (c *Client) CancelRun(ctx context.Context, id string) (core.Run, error) {
 	var out core.Run
-	return out, c.call(ctx, "POST", runPath(id, "/cancel"), nil, nil, &out)
+	return out, c.Call(ctx, "POST", runPath(id, "/cancel"), nil, nil, &out)
 }
 
 // FollowRun calls fn with each of run id's steps after seq after, as each
@@ -81,7 +81,7 @@ func (c *Client) FollowRun(ctx context.Context, id string, after int, follow boo
 	if follow {
 		q.Set("follow", "1")
 	}
-	resp, err := c.do(ctx, request{method: "GET", path: runPath(id, "/steps"), query: q})
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: runPath(id, "/steps"), Query: q})
 	if err != nil {
 		return err
 	}
@@ -106,39 +106,39 @@ func (c *Client) FollowRun(ctx context.Context, id string, after int, follow boo
 // Memories lists the tenant's facts.
 func (c *Client) Memories(ctx context.Context) ([]core.Memory, error) {
 	var out []core.Memory
-	return out, c.call(ctx, "GET", "/v1/memories", nil, nil, &out)
+	return out, c.Call(ctx, "GET", "/v1/memories", nil, nil, &out)
 }
 
 // AddMemory keeps a fact for every new run.
 func (c *Client) AddMemory(ctx context.Context, text string) (core.Memory, error) {
 	var out core.Memory
-	return out, c.call(ctx, "POST", "/v1/memories", nil, wire.AddMemory{Text: text}, &out)
+	return out, c.Call(ctx, "POST", "/v1/memories", nil, wire.AddMemory{Text: text}, &out)
 }
 
 // DeleteMemory forgets a fact.
 func (c *Client) DeleteMemory(ctx context.Context, id int64) error {
-	return c.call(ctx, "DELETE", "/v1/memories/"+strconv.FormatInt(id, 10), nil, nil, nil)
+	return c.Call(ctx, "DELETE", "/v1/memories/"+strconv.FormatInt(id, 10), nil, nil, nil)
 }
 
 // Skills lists the tenant's skills (without bodies).
 func (c *Client) Skills(ctx context.Context) ([]core.Skill, error) {
 	var out []core.Skill
-	return out, c.call(ctx, "GET", "/v1/skills", nil, nil, &out)
+	return out, c.Call(ctx, "GET", "/v1/skills", nil, nil, &out)
 }
 
 // Skill returns one skill.
 func (c *Client) Skill(ctx context.Context, name string) (core.Skill, error) {
 	var out core.Skill
-	return out, c.call(ctx, "GET", "/v1/skills/"+url.PathEscape(name), nil, nil, &out)
+	return out, c.Call(ctx, "GET", "/v1/skills/"+url.PathEscape(name), nil, nil, &out)
 }
 
 // SaveSkill keeps (or replaces) a skill.
 func (c *Client) SaveSkill(ctx context.Context, sk core.Skill) (core.Skill, error) {
 	var out core.Skill
-	return out, c.call(ctx, "PUT", "/v1/skills/"+url.PathEscape(sk.Name), nil, sk, &out)
+	return out, c.Call(ctx, "PUT", "/v1/skills/"+url.PathEscape(sk.Name), nil, sk, &out)
 }
 
 // DeleteSkill removes a skill.
 func (c *Client) DeleteSkill(ctx context.Context, name string) error {
-	return c.call(ctx, "DELETE", "/v1/skills/"+url.PathEscape(name), nil, nil, nil)
+	return c.Call(ctx, "DELETE", "/v1/skills/"+url.PathEscape(name), nil, nil, nil)
 }

@@ -194,7 +194,7 @@ func writeTar(w io.Writer, dir string, files []string) error {
 
 // export writes a tar archive of the workspace.
 func export(c *cli.Context) error {
-	if c.Bool("json") && c.String("output") == "" {
+	if jsonOn(c) && c.String("output") == "" {
 		return fmt.Errorf("export --json needs --output FILE: the archive goes there and a summary to stdout")
 	}
 	body, err := clientOf(c).Export(c.Context, c.Args().First(), client.ExportOptions{
@@ -220,7 +220,7 @@ func export(c *cli.Context) error {
 	}
 	n, err := io.Copy(out, body)
 	bar.done()
-	if err != nil || !c.Bool("json") {
+	if err != nil || !jsonOn(c) {
 		return err
 	}
 	return output(c, map[string]any{"output": c.String("output"), "bytes": n}, nil)

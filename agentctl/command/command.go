@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path"
 	"strconv"
 	"strings"
@@ -40,7 +41,37 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 // Run runs agentctl with args (args[0] is the program name). It returns
 // the error to print (nil on success); ExitStatus maps it to a status.
 func Run(ctx context.Context, args []string, stdio IO) error {
+	_, err := run(ctx, args, stdio)
+	return err
+}
+
+// Main runs agentctl as the program does: it reports a failure the way
+// the caller asked and returns the exit status. With --json the failure
+// is one JSON object on stdout, where --json output goes:
+// {"code": CODE, "error": MESSAGE} (plus "paths" for a conflict), CODE
+// from docs/API.md's table; without it, "agentctl: MESSAGE" on stderr.
+// An *ExitError (exec's status, grep's no match) prints nothing.
+func Main(ctx context.Context, args []string, stdio IO) int {
+	asJSON, err := run(ctx, args, stdio)
+	var ee *ExitError
+	switch {
+	case err == nil, errors.As(err, &ee):
+	case asJSON:
+		json.NewEncoder(stdio.Stdout).Encode(errorBody(err))
+	default:
+		fmt.Fprintln(stdio.Stderr, "agentctl:", err)
+	}
+	return ExitStatus(err)
+}
+
+// runState is what a run learns while it parses: whether --json was given.
+type runState struct{ json bool }
+
+type runStateKey struct{}
+
+func run(ctx context.Context, args []string, stdio IO) (asJSON bool, err error) {
 	cmds := commands()
+	st := &runState{json: jsonArg(args)}
 	app := &cli.App{
 		Name:                 "agentctl",
 		Usage:                "drive computerd workspaces: files, revisions, exec",
@@ -56,8 +87,46 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 		Commands:       cmds,
 		ExitErrHandler: func(*cli.Context, error) {}, // errors go back to the caller
 	}
-	return app.RunContext(ctx, flagsFirst(cmds, args))
+	err = app.RunContext(context.WithValue(ctx, runStateKey{}, st), flagsFirst(cmds, args))
+	return st.json, err
 }
+
+// jsonArg guesses --json from the raw arguments, for a failure before
+// the command's flags are parsed (the parse itself, say).
+func jsonArg(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// errorBody is a failure as --json reports it. A server's error keeps its
+// code; a local one is classified by the same table, a connection that
+// failed is unavailable and a missing local file not_found.
+func errorBody(err error) *wire.Error {
+	body := wire.ErrorOf(err)
+	var we *wire.Error
+	var oe *net.OpError
+	switch {
+	case body.Code != wire.CodeInternal || errors.As(err, &we):
+	case errors.As(err, &oe):
+		body.Code = wire.CodeUnavailable
+	case errors.Is(err, fs.ErrNotExist):
+		body.Code = wire.CodeNotFound
+	}
+	return body
+}
+
+// usageError is a command given the wrong arguments.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return core.ErrInvalidArgument }
 
 // ExitStatus is the process exit status for Run's error.
 func ExitStatus(err error) int {
@@ -76,14 +145,29 @@ var (
 	revFlag  = &cli.Int64Flag{Name: "rev", Aliases: []string{"r"}, Usage: "revision (default: head)"}
 )
 
+// jsonOn reports whether --json was given, before the command (a global
+// flag) or after it: a command's own flag shadows the global one in
+// c.Bool, so each level is asked.
+func jsonOn(c *cli.Context) bool {
+	for _, x := range c.Lineage() {
+		if x.Bool("json") {
+			return true
+		}
+	}
+	return false
+}
+
 // cmd builds a command that takes --json and exactly the given arguments.
 func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, flags ...cli.Flag) *cli.Command {
 	return &cli.Command{
 		Name: name, Usage: usage, ArgsUsage: args,
 		Flags: append(flags, jsonFlag),
 		Action: func(c *cli.Context) error {
+			if st, ok := c.Context.Value(runStateKey{}).(*runState); ok {
+				st.json = jsonOn(c)
+			}
 			if c.NArg() < minArgs || (maxArgs >= 0 && c.NArg() > maxArgs) {
-				return fmt.Errorf("usage: agentctl %s %s", c.Command.FullName(), args)
+				return &usageError{fmt.Sprintf("usage: agentctl %s %s", c.Command.FullName(), args)}
 			}
 			return action(c)
 		},
@@ -160,7 +244,7 @@ func clientOf(c *cli.Context) *client.Client {
 
 // output prints v as JSON with --json, else the human form.
 func output(c *cli.Context, v any, human func(w io.Writer)) error {
-	if c.Bool("json") {
+	if jsonOn(c) {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
@@ -233,7 +317,7 @@ func read(c *cli.Context) error {
 		return err
 	}
 	defer body.Close()
-	if !c.Bool("json") {
+	if !jsonOn(c) {
 		_, err = io.Copy(c.App.Writer, body)
 		return err
 	}
@@ -349,7 +433,7 @@ func grep(c *cli.Context) error {
 		Pattern: c.Args().Get(1), Path: c.Args().Get(2), Glob: c.String("glob"),
 		IgnoreCase: c.Bool("ignore-case"), Context: c.Int("context"), Max: c.Int("max"), Rev: c.Int64("rev"),
 	}
-	asJSON, numbers := c.Bool("json"), c.Bool("line-number")
+	asJSON, numbers := jsonOn(c), c.Bool("line-number")
 	enc := json.NewEncoder(c.App.Writer)
 	matches := 0
 	err := clientOf(c).Grep(c.Context, c.Args().Get(0), opt, func(m wire.Match) error {
@@ -433,7 +517,7 @@ func mkdir(c *cli.Context) error {
 				if err == nil && st.IsDir() {
 					continue
 				}
-				if err != nil && !client.IsNotFound(err) {
+				if err != nil && !errors.Is(err, core.ErrNotFound) {
 					return err
 				}
 			}
@@ -499,7 +583,7 @@ func diff(c *cli.Context) error {
 		to = ws.Head
 	}
 	cl := clientOf(c)
-	if c.Bool("stat") || c.Bool("json") {
+	if c.Bool("stat") || jsonOn(c) {
 		files, err := cl.DiffStat(c.Context, c.Args().First(), from, to)
 		if err != nil {
 			return err

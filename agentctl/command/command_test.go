@@ -73,3 +73,34 @@ func TestUsageErrors(t *testing.T) {
 		t.Fatal("ExitStatus")
 	}
 }
+
+// With --json a failure is one JSON object on stdout, wherever --json
+// stands; without it, a message on stderr.
+func TestMainReportsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantStdout string
+		wantStderr string
+	}{
+		{"json after the command", []string{"read", "w", "--json"},
+			`{"code":"invalid","error":"usage: agentctl read WS PATH"}` + "\n", ""},
+		{"json before the command", []string{"--json", "read", "w"},
+			`{"code":"invalid","error":"usage: agentctl read WS PATH"}` + "\n", ""},
+		{"human", []string{"read", "w"}, "", "agentctl: usage: agentctl read WS PATH\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			status := Main(context.Background(), append([]string{"agentctl"}, tc.args...), IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+			if status != 1 {
+				t.Errorf("status %d, want 1", status)
+			}
+			if got := out.String(); got != tc.wantStdout {
+				t.Errorf("stdout %q, want %q", got, tc.wantStdout)
+			}
+			if got := errb.String(); got != tc.wantStderr {
+				t.Errorf("stderr %q, want %q", got, tc.wantStderr)
+			}
+		})
+	}
+}

@@ -95,7 +95,7 @@ func execCmd(c *cli.Context) error {
 			return err
 		}
 	}
-	asJSON := c.Bool("json")
+	asJSON := jsonOn(c)
 	enc := json.NewEncoder(c.App.Writer)
 	rec, err := clientOf(c).Exec(c.Context, ws, req, func(ev wire.ExecEvent) error {
 		return printEvent(c, enc, asJSON, ev)
@@ -125,7 +125,7 @@ func printEvent(c *cli.Context, enc *json.Encoder, asJSON bool, ev wire.ExecEven
 // execResult reports how an exec ended and turns it into agentctl's exit
 // status: the command's, or 128+signal.
 func execResult(c *cli.Context, rec core.Exec) error {
-	if !c.Bool("json") {
+	if !jsonOn(c) {
 		var notes []string
 		if rec.Rev > 0 {
 			notes = append(notes, fmt.Sprintf("revision %d", rec.Rev))
@@ -184,7 +184,7 @@ func commandLine(argv []string) string {
 }
 
 func execLogCmd(c *cli.Context) error {
-	asJSON := c.Bool("json")
+	asJSON := jsonOn(c)
 	enc := json.NewEncoder(c.App.Writer)
 	rec, err := clientOf(c).FollowExec(c.Context, c.Args().Get(0), c.Args().Get(1), func(ev wire.ExecEvent) error {
 		return printEvent(c, enc, asJSON, ev)

@@ -25,7 +25,7 @@ func (s *Server) execRoutes() []route {
 
 func (s *Server) runner() (*runner.Runner, error) {
 	if s.Runner == nil {
-		return nil, &httpError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, msg: "exec is not available on this computerd"}
+		return nil, failure(wire.ErrUnavailable, "exec is not available on this computerd")
 	}
 	return s.Runner, nil
 }
@@ -158,7 +158,7 @@ func (s *Server) killExec(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := run.Kill(rec.ID); err != nil {
 		if errors.Is(err, core.ErrNotFound) {
-			return &httpError{status: http.StatusConflict, code: wire.CodeExists, msg: fmt.Sprintf("exec %s is not running (%s)", rec.ID, rec.State)}
+			return failure(core.ErrInvalidArgument, "exec %s is not running (%s)", rec.ID, rec.State)
 		}
 		return err
 	}

@@ -131,8 +131,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
-				msg: fmt.Sprintf("write %s: body over the limit of %d bytes; nothing was written", p, s.Limits.MaxUpload)}
+			return failure(wire.ErrTooLarge, "write %s: body over the limit of %d bytes; nothing was written", p, s.Limits.MaxUpload)
 		}
 		return err
 	}
@@ -340,8 +339,7 @@ func (s *Server) readWhole(r *http.Request, sn *fsstore.Snapshot, p string) ([]b
 		return nil, badRequest("edit %s: not a regular file", p)
 	}
 	if st.Size > s.Limits.MaxEditSize {
-		return nil, &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
-			msg: fmt.Sprintf("edit %s: %d bytes, over the limit of %d for edits", p, st.Size, s.Limits.MaxEditSize)}
+		return nil, failure(wire.ErrTooLarge, "edit %s: %d bytes, over the limit of %d for edits", p, st.Size, s.Limits.MaxEditSize)
 	}
 	return sn.ReadFile(r.Context(), p)
 }

@@ -25,7 +25,7 @@ func (s *Server) mountRoutes() []route {
 
 func (s *Server) mounter() (Mounter, error) {
 	if s.Mounts == nil {
-		return nil, &httpError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, msg: "mounts are not available on this computerd"}
+		return nil, failure(wire.ErrUnavailable, "mounts are not available on this computerd")
 	}
 	return s.Mounts, nil
 }

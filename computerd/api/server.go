@@ -120,7 +120,7 @@ func (s *Server) Handler() http.Handler {
 		s.mux.Handle("/", s.Home)
 	} else {
 		s.mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
-			return &httpError{status: http.StatusNotFound, code: wire.CodeNotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path}
+			return failure(core.ErrNotFound, "no such API route: %s %s", r.Method, r.URL.Path)
 		}))
 	}
 	for _, r := range routes {
@@ -191,7 +191,7 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	secret, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || secret == "" {
-		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "missing bearer token (set COMPUTER_TOKEN; create one with `computerd token create TENANT`)"}
+		return "", failure(core.ErrBadToken, "missing bearer token (set COMPUTER_TOKEN; create one with `computerd token create TENANT`)")
 	}
 	check := s.Store.TokenTenant
 	if s.Authenticate != nil {
@@ -199,80 +199,41 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	}
 	tenant, err := check(r.Context(), strings.TrimSpace(secret))
 	if errors.Is(err, core.ErrBadToken) {
-		return "", &httpError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized, msg: "invalid or revoked token"}
+		return "", failure(core.ErrBadToken, "invalid or revoked token")
 	}
 	return tenant, err
 }
 
-// httpError is an error with its HTTP answer decided.
+// httpError is a failure of a kind from wire's table (kind, a sentinel)
+// with a message of its own.
 type httpError struct {
-	status int
-	code   string
-	msg    string
+	kind error
+	msg  string
 }
 
 func (e *httpError) Error() string { return e.msg }
+func (e *httpError) Unwrap() error { return e.kind }
+
+// failure returns an error of kind (a sentinel of core or wire) that reads as the message.
+func failure(kind error, format string, args ...any) error {
+	return &httpError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
 
 func badRequest(format string, args ...any) error {
-	return &httpError{status: http.StatusBadRequest, code: wire.CodeInvalid, msg: fmt.Sprintf(format, args...)}
+	return failure(core.ErrInvalidArgument, format, args...)
 }
 
-// statusOf maps an error to its HTTP status.
-func statusOf(err error) int {
-	var he *httpError
-	var mbe *http.MaxBytesError
-	var re *syncproto.RemoteError
-	switch {
-	case errors.As(err, &he):
-		return he.status
-	case errors.As(err, &re):
-		return re.Status
-	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, core.ErrNotFound), errors.Is(err, core.ErrWorkspaceNotFound), errors.Is(err, core.ErrUnknownRevision):
-		return http.StatusNotFound
-	case errors.Is(err, core.ErrExists), errors.Is(err, core.ErrWorkspaceExists), errors.Is(err, core.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, core.ErrNotDir), errors.Is(err, core.ErrIsDir), errors.Is(err, core.ErrNotEmpty),
-		errors.Is(err, core.ErrInvalidPath), errors.Is(err, core.ErrInvalidArgument):
-		return http.StatusBadRequest
-	case errors.Is(err, core.ErrClosed), errors.Is(err, context.Canceled):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// statusOf maps an error to its HTTP status (by wire's table).
+func statusOf(err error) int { return wire.ErrorOf(err).Status }
 
+// writeError answers err as wire's table says: the status and code of its
+// kind. A home's answer, proxied by an executor, keeps its own.
 func writeError(w http.ResponseWriter, err error) {
-	status := statusOf(err)
-	body := wire.Error{Message: err.Error()}
-	var he *httpError
-	var ce *core.ConflictError
-	var re *syncproto.RemoteError
-	switch {
-	case errors.As(err, &he):
-		body.Code = he.code
-	case errors.As(err, &re):
-		body.Code, body.Paths = re.Body.Code, re.Body.Paths
-	case status == http.StatusRequestEntityTooLarge:
-		body.Code = wire.CodeTooLarge
-	case errors.As(err, &ce):
-		body.Code = wire.CodeConflict
-		body.Paths = ce.Paths
-	case status == http.StatusNotFound:
-		body.Code = wire.CodeNotFound
-	case status == http.StatusConflict:
-		body.Code = wire.CodeExists
-	case status == http.StatusBadRequest:
-		body.Code = wire.CodeInvalid
-	case status == http.StatusServiceUnavailable:
-		body.Code = wire.CodeUnavailable
-	default:
-		body.Code = wire.CodeInternal
-	}
+	body := wire.ErrorOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
 	w.Header().Del("Content-Disposition")
-	w.WriteHeader(status)
+	w.WriteHeader(body.Status)
 	json.NewEncoder(w).Encode(body)
 }
 
@@ -289,8 +250,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &httpError{status: http.StatusRequestEntityTooLarge, code: wire.CodeTooLarge,
-				msg: fmt.Sprintf("request body over the limit of %d bytes", s.Limits.MaxJSONBody)}
+			return failure(wire.ErrTooLarge, "request body over the limit of %d bytes", s.Limits.MaxJSONBody)
 		}
 		return badRequest("bad JSON body: %v", err)
 	}

@@ -118,7 +118,7 @@ func pushOutcome(res syncproto.PushResult, err error) string {
 		return "duplicate"
 	case err == nil:
 		return "applied"
-	case statusOf(err) == http.StatusConflict:
+	case errors.Is(err, core.ErrConflict):
 		return "conflict"
 	case errors.Is(err, syncproto.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
 		return "malformed"

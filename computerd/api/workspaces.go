@@ -30,8 +30,7 @@ func (s *Server) checkQuota(r *http.Request) error {
 		return err
 	}
 	if len(list) >= s.Limits.MaxWorkspaces {
-		return &httpError{status: http.StatusForbidden, code: wire.CodeLimit,
-			msg: fmt.Sprintf("tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)}
+		return failure(wire.ErrLimit, "tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)
 	}
 	return nil
 }

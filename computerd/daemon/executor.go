@@ -87,8 +87,7 @@ func (x *executor) authenticate(ctx context.Context, secret string) (string, err
 		return k.tenant, nil
 	}
 	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret}).Hello(ctx)
-	var re *syncproto.RemoteError
-	if errors.As(err, &re) && re.Status == http.StatusUnauthorized {
+	if errors.Is(err, core.ErrBadToken) {
 		return "", core.ErrBadToken
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
+	"computerd/wire"
 )
 
 // Remote makes a runner an executor's: its workspaces are mirrors of a
@@ -74,7 +75,7 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 		return res.Revision, "", nil
 	case errors.As(err, &conflict):
 		name := fmt.Sprintf("%s.conflict-%s", e.WSName, e.ID)
-		if _, ferr := r.Remote.Home.Fork(ctx, e.WSName, name, e.HomeBase); ferr != nil && !strings.Contains(ferr.Error(), "exists") {
+		if _, ferr := r.Remote.Home.Fork(ctx, e.WSName, name, e.HomeBase); ferr != nil && !errors.Is(ferr, core.ErrWorkspaceExists) {
 			return res.Revision, "", fmt.Errorf("%w: %w (keeping a copy at the home failed: %v)", fusefs.ErrKeepDraft, err, ferr)
 		}
 		hdr.Base = 1
@@ -83,8 +84,13 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 		}
 		return res.Revision, name, err
 	default:
-		var re *syncproto.RemoteError
-		if errors.As(err, &re) && re.Status >= 400 && re.Status < 500 {
+		var we *wire.Error
+		switch {
+		case errors.Is(err, core.ErrMissingChunk):
+			// No verdict on the changes themselves: the next push
+			// carries every chunk they name again.
+			return res.Revision, "", fmt.Errorf("%w: %v", fusefs.ErrKeepDraft, err)
+		case errors.As(err, &we) && we.Status >= 400 && we.Status < 500:
 			return res.Revision, "", err // the home refused it: retrying will not help
 		}
 		return res.Revision, "", fmt.Errorf("%w: home unreachable: %v", fusefs.ErrKeepDraft, err)
