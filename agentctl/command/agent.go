@@ -1,0 +1,636 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"computerd/agentctl/agent"
+	"computerd/agentctl/client"
+	"computerd/agentctl/model"
+	"computerd/core"
+	"computerd/wire"
+)
+
+// Defaults of the agent's flags.
+const (
+	DefaultProvider    = "openai"
+	DefaultOpenAIModel = "gpt-4o-mini"
+	DefaultClaudeModel = "claude-sonnet-4-5"
+	DefaultMaxSteps    = 50
+)
+
+// modelFlags choose and reach the model; run, resume and skill run take them.
+func modelFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "provider", Usage: "openai (any OpenAI-compatible Chat Completions server) or anthropic", Value: DefaultProvider, EnvVars: []string{"AGENT_PROVIDER"}},
+		&cli.StringFlag{Name: "base-url", Usage: "the model server's API root (default: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL, else the provider's own)"},
+		&cli.StringFlag{Name: "model", Usage: "model name (default " + DefaultOpenAIModel + " or " + DefaultClaudeModel + ")", EnvVars: []string{"AGENT_MODEL"}},
+		&cli.BoolFlag{Name: "no-stream", Usage: "ask for whole answers instead of streaming them"},
+		&cli.StringFlag{Name: "prices", Usage: "override model prices, USD per million tokens: MODEL=IN/OUT[,MODEL=IN/OUT...]"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only the report at the end"},
+	}
+}
+
+func runFlags() []cli.Flag {
+	return append(modelFlags(),
+		&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "leave the run going in the background and print its id (follow it with agent attach)"},
+		&cli.IntFlag{Name: "max-steps", Usage: "model turns at most", Value: DefaultMaxSteps},
+		&cli.Int64Flag{Name: "max-tokens", Usage: "input plus output tokens at most, over the run (0: no limit)"},
+		&cli.Float64Flag{Name: "max-cost", Usage: "USD at most, over the run (0: no limit)"},
+		&cli.DurationFlag{Name: "timeout", Usage: "end the run after this long (0: no limit)"},
+	)
+}
+
+func agentCommands() []*cli.Command {
+	return []*cli.Command{
+		{
+			Name: "agent", Usage: "run a model over the workspace's file tools and exec, as durable runs",
+			Subcommands: []*cli.Command{
+				cmd("run", "run TASK on the workspace: the model reads, edits and runs commands until it is done", "WS TASK", 2, 2, agentRun, runFlags()...),
+				cmd("ls", "list a workspace's runs", "WS", 1, 1, agentList,
+					&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Usage: "at most this many"}),
+				cmd("show", "show a run and its steps (--report: the Markdown report)", "RUN", 1, 1, agentShow,
+					&cli.BoolFlag{Name: "report", Usage: "print the run's report, fit for a pull request"}),
+				cmd("attach", "follow a run from any point, in order, until it ends", "RUN", 1, 1, agentAttach,
+					&cli.IntFlag{Name: "from", Usage: "show steps after this one (default: all)"}),
+				cmd("resume", "go on with a run whose agentctl died: finished steps are replayed, none re-run", "RUN", 1, 1, agentResume, modelFlags()...),
+				cmd("cancel", "stop a run", "RUN", 1, 1, agentCancel),
+			},
+		},
+		{
+			Name: "memory", Usage: "facts every new run is told, without a tool call",
+			Subcommands: []*cli.Command{
+				cmd("add", "keep a fact", "TEXT", 1, 1, memoryAdd),
+				cmd("ls", "list facts", "", 0, 0, memoryList),
+				cmd("rm", "forget a fact", "ID", 1, 1, memoryRemove),
+			},
+		},
+		{
+			Name: "skill", Usage: "named procedures, saved once and run again",
+			Subcommands: []*cli.Command{
+				cmd("save", "save a skill from a file (--file, - for stdin) or from a finished run's steps (--from-run)", "NAME", 1, 1, skillSave,
+					&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the procedure, in words for the model"},
+					&cli.StringFlag{Name: "from-run", Usage: "make the procedure from this run's task and the commands it ran"},
+					&cli.StringFlag{Name: "description", Usage: "one line on what it is for"}),
+				cmd("ls", "list skills", "", 0, 0, skillList),
+				cmd("show", "print a skill", "NAME", 1, 1, skillShow),
+				cmd("rm", "remove a skill", "NAME", 1, 1, skillRemove),
+				cmd("run", "run a skill on the workspace as a new run", "WS NAME", 2, 2, skillRun, runFlags()...),
+			},
+		},
+	}
+}
+
+// provider builds the model client from the flags and the environment.
+// The key is read here and goes nowhere but the model server.
+func provider(c *cli.Context) (model.Provider, string, error) {
+	cfg := model.Config{BaseURL: c.String("base-url"), NoStream: c.Bool("no-stream")}
+	name, m := c.String("provider"), c.String("model")
+	switch name {
+	case "openai":
+		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+		if cfg.BaseURL == "" {
+			cfg.BaseURL = os.Getenv("OPENAI_BASE_URL")
+		}
+		if m == "" {
+			m = DefaultOpenAIModel
+		}
+		return model.NewOpenAI(cfg), m, nil
+	case "anthropic":
+		cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
+		if cfg.BaseURL == "" {
+			cfg.BaseURL = os.Getenv("ANTHROPIC_BASE_URL")
+		}
+		if m == "" {
+			m = DefaultClaudeModel
+		}
+		return model.NewAnthropic(cfg), m, nil
+	}
+	return nil, "", &usageError{fmt.Sprintf("--provider %q: want openai or anthropic", name)}
+}
+
+// driver builds the run's driver and the printer of its events.
+func driver(c *cli.Context) (*agent.Driver, *eventPrinter, string, error) {
+	p, m, err := provider(c)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	prices, err := model.ParsePrices(c.String("prices"))
+	if err != nil {
+		return nil, nil, "", &usageError{"--prices: " + err.Error()}
+	}
+	pr := &eventPrinter{w: c.App.Writer, errw: c.App.ErrWriter, json: jsonOn(c), quiet: c.Bool("quiet")}
+	d := &agent.Driver{Client: clientOf(c), Provider: p, Events: pr.print,
+		Cost: func(name string, u model.Usage) float64 { cost, _ := model.Cost(name, u, prices); return cost }}
+	return d, pr, m, nil
+}
+
+func agentRun(c *cli.Context) error {
+	return startRun(c, c.Args().Get(0), c.Args().Get(1), "")
+}
+
+func skillRun(c *cli.Context) error {
+	sk, err := clientOf(c).Skill(c.Context, c.Args().Get(1))
+	if err != nil {
+		return err
+	}
+	task := sk.Description
+	if task == "" {
+		task = "follow the skill " + sk.Name
+	}
+	return startRun(c, c.Args().Get(0), task, sk.Name)
+}
+
+// startRun records a new run and drives it here, or in a process of its
+// own with --detach.
+func startRun(c *cli.Context, ws, task, skill string) error {
+	d, pr, m, err := driver(c)
+	if err != nil {
+		return err
+	}
+	req := wire.CreateRun{Task: task, Provider: c.String("provider"), Model: m, Skill: skill,
+		Limits: core.RunLimits{MaxSteps: c.Int("max-steps"), MaxTokens: c.Int64("max-tokens"), MaxCost: c.Float64("max-cost")}}
+	if t := c.Duration("timeout"); t > 0 {
+		req.Limits.Timeout = t.String()
+	}
+	run, err := d.Start(c.Context, ws, req)
+	if err != nil {
+		return err
+	}
+	if c.Bool("detach") {
+		return detach(c, run)
+	}
+	return drive(c, d, pr, run.ID)
+}
+
+func agentResume(c *cli.Context) error {
+	d, pr, _, err := driver(c)
+	if err != nil {
+		return err
+	}
+	return drive(c, d, pr, c.Args().First())
+}
+
+// drive takes the run forward until it ends, then prints its report. An
+// interrupt stops this process and leaves the run to a resume; twice, it
+// stops at once.
+func drive(c *cli.Context, d *agent.Driver, pr *eventPrinter, id string) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	run, err := d.Drive(ctx, id)
+	if err != nil && ctx.Err() != nil && c.Context.Err() == nil {
+		fmt.Fprintf(c.App.ErrWriter, "agentctl: stopped; the run goes on with: agentctl agent resume %s\n", id)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if pr.json {
+		return nil
+	}
+	report, rerr := agent.Report(context.WithoutCancel(ctx), d.Client, run.ID)
+	if rerr != nil {
+		return rerr
+	}
+	fmt.Fprint(c.App.Writer, "\n"+report)
+	if run.State != core.RunDone {
+		return &ExitError{Code: 1}
+	}
+	return nil
+}
+
+// detach starts `agentctl agent resume RUN` in a session of its own, its
+// output in a log file, and prints the run's id. The model key reaches the
+// child through the environment it inherits, never its arguments.
+func detach(c *cli.Context, run core.Run) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"--server", c.String("server"), "agent", "resume", "--quiet", "--provider", c.String("provider"), "--model", run.Model}
+	for _, f := range []string{"base-url", "prices"} {
+		if v := c.String(f); v != "" {
+			args = append(args, "--"+f, v)
+		}
+	}
+	if c.Bool("no-stream") {
+		args = append(args, "--no-stream")
+	}
+	args = append(args, run.ID)
+	logPath := filepath.Join(stateDir(), "runs", run.ID+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), "COMPUTER_TOKEN="+c.String("token"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	cmd.Process.Release()
+	return output(c, map[string]any{"run": run.ID, "pid": cmd.Process.Pid, "log": logPath}, func(w io.Writer) {
+		fmt.Fprintf(w, "run %s goes on in the background (log %s)\nfollow it: agentctl agent attach %s\n", run.ID, logPath, run.ID)
+	})
+}
+
+// stateDir is where agentctl keeps its own files: $XDG_STATE_HOME/agentctl.
+func stateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "agentctl")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "agentctl")
+	}
+	return filepath.Join(os.TempDir(), "agentctl")
+}
+
+func agentList(c *cli.Context) error {
+	runs, err := clientOf(c).Runs(c.Context, c.Args().First(), c.Int("limit"))
+	if err != nil {
+		return err
+	}
+	return output(c, runs, func(w io.Writer) {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tSTATE\tSTEPS\tTOKENS\tCOST\tSTARTED\tTASK")
+		for _, r := range runs {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t$%.4f\t%s\t%s\n", r.ID, r.State, r.Steps, r.InputTokens+r.OutputTokens, r.Cost,
+				r.Created.Format(time.RFC3339), oneLine(r.Task, 60))
+		}
+		tw.Flush()
+	})
+}
+
+func agentShow(c *cli.Context) error {
+	cl := clientOf(c)
+	if c.Bool("report") {
+		report, err := agent.Report(c.Context, cl, c.Args().First())
+		if err != nil {
+			return err
+		}
+		return output(c, map[string]string{"report": report}, func(w io.Writer) { fmt.Fprint(w, report) })
+	}
+	detail, err := cl.Run(c.Context, c.Args().First())
+	if err != nil {
+		return err
+	}
+	return output(c, detail, func(w io.Writer) {
+		r := detail.Run
+		fmt.Fprintf(w, "run %s on %s: %s\n", r.ID, r.WSName, r.State)
+		if r.Error != "" {
+			fmt.Fprintf(w, "  %s\n", r.Error)
+		}
+		fmt.Fprintf(w, "task: %s\nmodel: %s %s\nsteps: %d, tokens: %d in + %d out, cost $%.4f\n\n", r.Task, r.Provider, r.Model,
+			r.Steps, r.InputTokens, r.OutputTokens, r.Cost)
+		for _, st := range detail.Steps {
+			fmt.Fprintln(w, stepLine(st))
+		}
+	})
+}
+
+// stepLine is one step as `agent show` lists it.
+func stepLine(st core.Step) string {
+	state := ""
+	if st.State != core.StepDone {
+		state = " (in flight)"
+	}
+	switch st.Kind {
+	case core.StepModel:
+		calls := make([]string, len(st.Calls))
+		for i, call := range st.Calls {
+			calls[i] = call.Name
+		}
+		return fmt.Sprintf("%3d model%s: %s [%d+%d tokens, $%.4f] %s", st.Seq, state, oneLine(st.Text, 80),
+			st.InputTokens, st.OutputTokens, st.Cost, strings.Join(calls, " "))
+	}
+	res := oneLine(st.Text, 80)
+	if st.ExitCode != nil {
+		res = fmt.Sprintf("exit %d", *st.ExitCode)
+	} else if st.IsError {
+		res = "error (" + st.Code + "): " + res
+	}
+	return fmt.Sprintf("%3d %s%s %s -> %s", st.Seq, st.Tool, state, argSummary(st.Tool, st.Args), res)
+}
+
+// agentAttach follows a run: each step as it begins and ends, and the
+// output of a command while it runs, in order, until the run ends.
+func agentAttach(c *cli.Context) error {
+	cl := clientOf(c)
+	id := c.Args().First()
+	detail, err := cl.Run(c.Context, id)
+	if err != nil {
+		return err
+	}
+	pr := &eventPrinter{w: c.App.Writer, errw: c.App.ErrWriter, json: jsonOn(c)}
+	err = cl.FollowRun(c.Context, id, c.Int("from"), true, func(st core.Step) error {
+		for _, ev := range stepEvents(st) {
+			pr.print(ev)
+		}
+		if st.Kind == core.StepTool && st.Tool == "exec" && st.State != core.StepDone {
+			return followStepExec(c.Context, cl, detail.Run.WSName, st, pr)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	detail, err = cl.Run(c.Context, id)
+	if err != nil {
+		return err
+	}
+	r := detail.Run
+	pr.print(agent.Event{Type: agent.EventEnd, Run: r.ID, State: r.State, Text: r.Error, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Cost: r.Cost})
+	return nil
+}
+
+// stepEvents are the events a recorded step stands for.
+func stepEvents(st core.Step) []agent.Event {
+	switch {
+	case st.Kind == core.StepModel && st.State == core.StepDone:
+		return []agent.Event{{Type: agent.EventModel, Run: st.Run, Seq: st.Seq, Text: st.Text, InputTokens: st.InputTokens, OutputTokens: st.OutputTokens, Cost: st.Cost}}
+	case st.Kind == core.StepTool && st.State != core.StepDone:
+		return []agent.Event{{Type: agent.EventToolCall, Run: st.Run, Seq: st.Seq, Tool: st.Tool, Args: st.Args}}
+	case st.Kind == core.StepTool:
+		return []agent.Event{{Type: agent.EventToolResult, Run: st.Run, Seq: st.Seq, Tool: st.Tool, Args: st.Args, Text: st.Text,
+			IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev}}
+	}
+	return nil
+}
+
+// followStepExec shows the output of the exec a tool step runs, found in
+// the journal by the step's idempotency key, until it ends.
+func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.Step, pr *eventPrinter) error {
+	key := agent.StepKey(st.Run, st.Seq)
+	for {
+		execs, err := cl.Execs(ctx, ws, 20)
+		if err != nil {
+			return err
+		}
+		for _, e := range execs {
+			if e.Key == key {
+				_, err := cl.FollowExec(ctx, ws, e.ID, func(ev wire.ExecEvent) error {
+					if ev.Type == "output" {
+						pr.print(agent.Event{Type: agent.EventOutput, Run: st.Run, Seq: st.Seq, Stream: ev.Stream, Text: string(ev.Bytes())})
+					}
+					return nil
+				})
+				return err
+			}
+		}
+		// Not started yet, or its driver died before it began: stop
+		// looking once the step has moved on.
+		detail, err := cl.Run(ctx, st.Run)
+		if err != nil {
+			return err
+		}
+		if len(detail.Steps) >= st.Seq && detail.Steps[st.Seq-1].State == core.StepDone || detail.Run.State.Final() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func agentCancel(c *cli.Context) error {
+	run, err := clientOf(c).CancelRun(c.Context, c.Args().First())
+	if err != nil {
+		return err
+	}
+	return output(c, run, func(w io.Writer) {
+		if run.State.Final() {
+			fmt.Fprintf(w, "run %s had ended: %s\n", run.ID, run.State)
+			return
+		}
+		fmt.Fprintf(w, "run %s: cancel asked; it stops before its next step\n", run.ID)
+	})
+}
+
+func memoryAdd(c *cli.Context) error {
+	m, err := clientOf(c).AddMemory(c.Context, c.Args().First())
+	if err != nil {
+		return err
+	}
+	return output(c, m, func(w io.Writer) { fmt.Fprintf(w, "memory %d kept\n", m.ID) })
+}
+
+func memoryList(c *cli.Context) error {
+	ms, err := clientOf(c).Memories(c.Context)
+	if err != nil {
+		return err
+	}
+	return output(c, ms, func(w io.Writer) {
+		for _, m := range ms {
+			fmt.Fprintf(w, "%d\t%s\n", m.ID, m.Text)
+		}
+	})
+}
+
+func memoryRemove(c *cli.Context) error {
+	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+	if err != nil {
+		return &usageError{"memory rm: ID is a number (see agentctl memory ls)"}
+	}
+	if err := clientOf(c).DeleteMemory(c.Context, id); err != nil {
+		return err
+	}
+	return output(c, map[string]int64{"removed": id}, func(w io.Writer) { fmt.Fprintf(w, "memory %d forgotten\n", id) })
+}
+
+func skillSave(c *cli.Context) error {
+	cl := clientOf(c)
+	sk := core.Skill{Name: c.Args().First(), Description: c.String("description")}
+	switch file, run := c.String("file"), c.String("from-run"); {
+	case file != "" && run != "":
+		return &usageError{"skill save: give --file or --from-run, not both"}
+	case file == "-":
+		b, err := io.ReadAll(io.LimitReader(c.App.Reader, 1<<20))
+		if err != nil {
+			return err
+		}
+		sk.Body = string(b)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		sk.Body = string(b)
+	case run != "":
+		detail, err := cl.Run(c.Context, run)
+		if err != nil {
+			return err
+		}
+		if sk.Description == "" {
+			sk.Description = detail.Run.Task
+		}
+		sk.Body = agent.SkillFromRun(detail)
+	default:
+		return &usageError{"skill save: give --file FILE (- for stdin) or --from-run RUN"}
+	}
+	saved, err := cl.SaveSkill(c.Context, sk)
+	if err != nil {
+		return err
+	}
+	return output(c, saved, func(w io.Writer) { fmt.Fprintf(w, "skill %s saved\n", saved.Name) })
+}
+
+func skillList(c *cli.Context) error {
+	sks, err := clientOf(c).Skills(c.Context)
+	if err != nil {
+		return err
+	}
+	return output(c, sks, func(w io.Writer) {
+		for _, sk := range sks {
+			fmt.Fprintf(w, "%s\t%s\n", sk.Name, sk.Description)
+		}
+	})
+}
+
+func skillShow(c *cli.Context) error {
+	sk, err := clientOf(c).Skill(c.Context, c.Args().First())
+	if err != nil {
+		return err
+	}
+	return output(c, sk, func(w io.Writer) {
+		if sk.Description != "" {
+			fmt.Fprintf(w, "# %s\n%s\n\n", sk.Name, sk.Description)
+		}
+		fmt.Fprintln(w, strings.TrimRight(sk.Body, "\n"))
+	})
+}
+
+func skillRemove(c *cli.Context) error {
+	name := c.Args().First()
+	if err := clientOf(c).DeleteSkill(c.Context, name); err != nil {
+		return err
+	}
+	return output(c, map[string]string{"removed": name}, func(w io.Writer) { fmt.Fprintf(w, "skill %s removed\n", name) })
+}
+
+// eventPrinter shows a run's events: for people, the model's text as it
+// streams, each tool call and every line of command output in order; with
+// --json, one event per line.
+type eventPrinter struct {
+	w, errw io.Writer
+	json    bool
+	quiet   bool
+	midLine bool // the model's streamed text has not ended its line
+}
+
+func (p *eventPrinter) print(ev agent.Event) {
+	if p.json {
+		b, _ := json.Marshal(ev)
+		p.w.Write(append(b, '\n'))
+		return
+	}
+	if p.quiet {
+		return
+	}
+	endLine := func() {
+		if p.midLine {
+			fmt.Fprintln(p.w)
+			p.midLine = false
+		}
+	}
+	mark := ""
+	if ev.Replayed {
+		mark = " (from the journal)"
+	}
+	switch ev.Type {
+	case agent.EventStart:
+		fmt.Fprintf(p.w, "run %s: %s\n", ev.Run, ev.Text)
+	case agent.EventModelDelta:
+		fmt.Fprint(p.w, ev.Text)
+		p.midLine = !strings.HasSuffix(ev.Text, "\n")
+	case agent.EventRetry:
+		endLine()
+		fmt.Fprintf(p.errw, "model: %s\n", ev.Text)
+	case agent.EventModel:
+		if ev.Replayed && ev.Text != "" {
+			fmt.Fprintf(p.w, "%s%s\n", ev.Text, mark)
+		}
+		endLine()
+		fmt.Fprintf(p.errw, "  [turn %d: %d+%d tokens, $%.4f]\n", ev.Seq, ev.InputTokens, ev.OutputTokens, ev.Cost)
+	case agent.EventToolCall:
+		endLine()
+		fmt.Fprintf(p.w, "▸ %s %s\n", ev.Tool, argSummary(ev.Tool, ev.Args))
+	case agent.EventOutput:
+		w := p.w
+		if ev.Stream == "stderr" {
+			w = p.errw
+		}
+		fmt.Fprint(w, ev.Text)
+	case agent.EventToolResult:
+		endLine()
+		switch {
+		case ev.Replayed:
+			fmt.Fprintf(p.w, "▸ %s %s%s\n", ev.Tool, argSummary(ev.Tool, ev.Args), mark)
+		}
+		switch {
+		case ev.ExitCode != nil:
+			fmt.Fprintf(p.w, "  exit %d", *ev.ExitCode)
+			if ev.Rev != 0 {
+				fmt.Fprintf(p.w, ", revision %d", ev.Rev)
+			}
+			fmt.Fprintln(p.w)
+		case ev.IsError:
+			fmt.Fprintf(p.w, "  error (%s): %s\n", ev.Code, oneLine(ev.Text, 200))
+		default:
+			fmt.Fprintf(p.w, "  %s\n", oneLine(ev.Text, 120))
+		}
+	case agent.EventEnd:
+		endLine()
+		fmt.Fprintf(p.w, "run %s %s", ev.Run, ev.State)
+		if ev.Text != "" {
+			fmt.Fprintf(p.w, ": %s", ev.Text)
+		}
+		fmt.Fprintf(p.w, " (%d+%d tokens, $%.4f)\n", ev.InputTokens, ev.OutputTokens, ev.Cost)
+	}
+}
+
+// argSummary is a tool call's arguments in a few words: exec's command,
+// otherwise the path or pattern.
+func argSummary(tool string, args json.RawMessage) string {
+	var a map[string]any
+	if json.Unmarshal(args, &a) != nil {
+		return string(args)
+	}
+	for _, k := range []string{"command", "path", "pattern", "name", "from"} {
+		if v, ok := a[k]; ok {
+			return oneLine(fmt.Sprint(v), 120)
+		}
+	}
+	return ""
+}
+
+// oneLine shortens text to its first line, at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n]) + "…"
+	}
+	return s
+}
