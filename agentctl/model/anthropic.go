@@ -35,7 +35,9 @@ func NewAnthropic(cfg Config) *Anthropic {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
 	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+		// x-api-key, the Messages API's own header, rather than the SDK's
+		// Authorization: Bearer: Anthropic-compatible proxies know it.
+		opts = append(opts, option.WithHeader("X-Api-Key", cfg.APIKey))
 	}
 	client := anthropic.NewClient(opts...)
 	return &Anthropic{
