@@ -121,7 +121,11 @@ func decode(raw json.RawMessage, v any) error {
 	return nil
 }
 
-func errResult(code, msg string) Result { return Result{Text: msg, IsError: true, Code: code} }
+// errResult is a failed call's result; its text leads with the code, for
+// the model reads only the text.
+func errResult(code, msg string) Result {
+	return Result{Text: fmt.Sprintf("error (%s): %s", code, msg), IsError: true, Code: code}
+}
 
 // errorResult turns an error into a tool result carrying its wire code.
 func errorResult(err error) Result {

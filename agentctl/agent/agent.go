@@ -333,7 +333,13 @@ func (c *conversation) model(ctx context.Context, seq int) error {
 	}
 	st.Text = resp.Message.Text
 	for _, call := range resp.Message.ToolCalls {
-		st.Calls = append(st.Calls, core.ToolCall{ID: call.ID, Name: call.Name, Args: call.Args})
+		args := call.Args
+		if !json.Valid(args) {
+			// Kept as a JSON string, so the journal can hold it; the tool
+			// refuses it as arguments all the same.
+			args, _ = json.Marshal(string(call.Args))
+		}
+		st.Calls = append(st.Calls, core.ToolCall{ID: call.ID, Name: call.Name, Args: args})
 	}
 	st.InputTokens, st.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
 	if c.d.Cost != nil {
@@ -381,9 +387,6 @@ func (c *conversation) firstContext(ctx context.Context) (context0, error) {
 // recorded again.
 func (c *conversation) tool(ctx context.Context, seq int, call core.ToolCall) error {
 	st := core.Step{Run: c.run.ID, Seq: seq, Kind: core.StepTool, Tool: call.Name, CallID: call.ID, Args: call.Args}
-	if !json.Valid(st.Args) {
-		st.Args = nil // the model wrote bad JSON: the tool says so below
-	}
 	if _, err := c.d.Client.BeginStep(ctx, c.d.id, st); err != nil {
 		return err
 	}
