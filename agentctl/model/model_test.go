@@ -426,3 +426,67 @@ func TestNoMessages(t *testing.T) {
 		})
 	}
 }
+
+func TestUsageAndCost(t *testing.T) {
+	names := map[string]string{"openai": "gpt-4o-2024-08-06", "anthropic": "claude-sonnet-4-20250514"}
+	want := map[string]float64{"openai": 2.5*2 + 10*0.5, "anthropic": 3*2 + 15*0.5}
+	for _, p := range providers {
+		for _, m := range modes {
+			t.Run(p.name+"/"+m.name, func(t *testing.T) {
+				srv := modeltest.New(t, modeltest.Reply("ok", modeltest.Usage{Input: 2_000_000, Output: 500_000}))
+				req := ask("hi")
+				req.Model = names[p.name]
+				resp, err := mustProvider(t, p, srv, m.noStream).Complete(context.Background(), req, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := resp.Usage, (model.Usage{InputTokens: 2_000_000, OutputTokens: 500_000}); got != want {
+					t.Errorf("usage = %+v, want %+v", got, want)
+				}
+				got, known := model.Cost(req.Model, resp.Usage, nil)
+				if !known || got != want[p.name] {
+					t.Errorf("cost = %v, %v; want %v, true", got, known, want[p.name])
+				}
+			})
+		}
+	}
+}
+
+// TestToolRoundTrip sends an answer's tool calls back with their results,
+// as an agent loop does, and checks the second request carries them.
+func TestToolRoundTrip(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			srv := modeltest.New(t,
+				modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "read", Args: `{"path":"a"}`}, modeltest.Call{Name: "read", Args: `{"path":"b"}`}),
+				modeltest.Reply("a and b differ", modeltest.Usage{}),
+			)
+			prov := mustProvider(t, p, srv, false)
+			req := ask("compare a and b")
+			resp, err := prov.Complete(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Messages = append(req.Messages, resp.Message)
+			for _, c := range resp.Message.ToolCalls {
+				req.Messages = append(req.Messages, model.Message{Role: model.RoleTool, ToolCallID: c.ID, Text: "contents of " + string(c.Args)})
+			}
+			resp2, err := prov.Complete(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := resp2.Message.Text, "a and b differ"; got != want {
+				t.Errorf("text = %q, want %q", got, want)
+			}
+			second := string(srv.Requests()[1].Body)
+			for _, c := range resp.Message.ToolCalls {
+				if c.ID == "" || !strings.Contains(second, `"`+c.ID+`"`) {
+					t.Errorf("second request lacks call id %q: %s", c.ID, second)
+				}
+			}
+			if !strings.Contains(second, `contents of {\"path\":\"b\"}`) {
+				t.Errorf("second request lacks the result for b: %s", second)
+			}
+		})
+	}
+}
