@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"computerd/agentctl/client"
+	agentcmd "computerd/agentctl/command"
 	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
@@ -25,8 +26,15 @@ import (
 )
 
 // TestMain lets the test binary play a computerd process: with
-// COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits.
+// COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits. With
+// AGENTCTL_TEST=1 it is agentctl, run with its arguments.
 func TestMain(m *testing.M) {
+	if os.Getenv("AGENTCTL_TEST") == "1" {
+		// Play agentctl, as a process a test can kill (and --detach can
+		// start again), before the sandbox's init could re-execute it.
+		os.Exit(agentcmd.Main(context.Background(), append([]string{"agentctl"}, os.Args[1:]...),
+			agentcmd.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+	}
 	sandbox.Init() // the test binary is also the containers' init
 	if dir := os.Getenv("COMPUTERD_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

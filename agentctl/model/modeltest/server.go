@@ -99,6 +99,20 @@ type Server struct {
 	steps []Step
 	reqs  []Request
 	n     int // answers given, for ids
+	// byTurn: answer with the step the conversation has reached (see ByTurn).
+	byTurn bool
+}
+
+// ByTurn makes the server answer each request with the step numbered by
+// the assistant turns its conversation already holds (0 for the first
+// question), rather than in the order requests come, without using steps
+// up: a question asked again (by a client that died before it recorded the
+// answer) gets the same answer, as from a deterministic model.
+func (s *Server) ByTurn() *Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byTurn = true
+	return s
 }
 
 // New starts a server that answers with steps in order; tb.Cleanup closes it.
@@ -166,16 +180,35 @@ func (s *Server) serve(w wire) http.HandlerFunc {
 			} `json:"stream_options"`
 		}
 		_ = json.Unmarshal(body, &head)
+		var conv struct {
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &conv)
+		turn := 0
+		for _, m := range conv.Messages {
+			if m.Role == "assistant" {
+				turn++
+			}
+		}
 
 		s.mu.Lock()
 		s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Stream: head.Stream})
 		var st Step
-		ok := len(s.steps) > 0
-		if ok {
+		var ok bool
+		if s.byTurn {
+			if ok = turn < len(s.steps); ok {
+				st = s.steps[turn]
+			}
+		} else if ok = len(s.steps) > 0; ok {
 			st, s.steps = s.steps[0], s.steps[1:]
 		}
 		s.n++
 		id := fmt.Sprintf("%d", s.n)
+		if s.byTurn {
+			id = fmt.Sprintf("t%d", turn+1) // the same answer, the same ids
+		}
 		s.mu.Unlock()
 
 		if !ok {
