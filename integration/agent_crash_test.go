@@ -174,3 +174,69 @@ func TestAgentCrashResume(t *testing.T) {
 		t.Errorf("workspace after %d kills:\n%v\nuninterrupted:\n%v", killed, crash, calm)
 	}
 }
+
+// TestAgentDetachAttach: a detached run goes on in a process of its own;
+// attach follows it from the start, in order, every tool call and line of
+// command output; attach --from shows only later steps; --json prints the
+// same as events; cancel stops a detached run before its next step.
+func TestAgentDetachAttach(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	srv := modeltest.New(t,
+		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "echo one; sleep 0.5; echo two"}`}),
+		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "echo three"}`}),
+		modeltest.Reply("all three", modeltest.Usage{}),
+	).ByTurn()
+	detach := func(task string) string {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "--server", e.d.URL(), "--token", e.token, "agent", "run", "--detach", "--json", "--base-url", srv.OpenAIURL(), "w", task)
+		cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "OPENAI_API_KEY="+agentSecret, "XDG_STATE_HOME="+t.TempDir())
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("agent run --detach: %v\n%s", err, out)
+		}
+		return decodeJSON[map[string]any](t, string(out))["run"].(string)
+	}
+	id := detach("count to three")
+	out := e.ok("agent", "attach", id)
+	rest := out
+	for _, want := range []string{"▸ exec echo one", "one\n", "two\n", "exit 0", "▸ exec echo three", "three\n", "all three", "run " + id + " done"} {
+		i := strings.Index(rest, want)
+		if i < 0 {
+			t.Fatalf("attach output lacks %q in order:\n%s", want, out)
+		}
+		rest = rest[i+len(want):]
+	}
+	// From step 3 on: the second exec, not the first.
+	later := e.ok("agent", "attach", "--from", "3", id)
+	if strings.Contains(later, "echo one") || !strings.Contains(later, "echo three") {
+		t.Errorf("attach --from 3:\n%s", later)
+	}
+	events := e.ok("agent", "attach", "--json", id)
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(events), "\n") {
+		types = append(types, decodeJSON[map[string]any](t, line)["type"].(string))
+	}
+	if got := strings.Join(types, " "); !strings.HasPrefix(got, "model tool_result model tool_result model") || !strings.HasSuffix(got, "end") {
+		t.Errorf("attach --json event types: %s", got)
+	}
+
+	// Cancel: a run whose command sleeps ends cancelled before its next step.
+	slow := modeltest.New(t,
+		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "sleep 1"}`}),
+		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "echo never > never.txt"}`}),
+		modeltest.Reply("no", modeltest.Usage{}),
+	).ByTurn()
+	srv = slow
+	id = detach("sleep, then more")
+	e.ok("agent", "cancel", id)
+	e.ok("agent", "attach", id) // returns when the run has ended
+	detail := decodeJSON[map[string]any](t, e.ok("agent", "show", "--json", id))
+	if state := detail["run"].(map[string]any)["state"]; state != string(core.RunCancelled) {
+		t.Errorf("cancelled run is %v", state)
+	}
+	if _, ok := e.tree("w")["never.txt"]; ok {
+		t.Error("a step after the cancel ran")
+	}
+}

@@ -535,6 +535,11 @@ type eventPrinter struct {
 	json    bool
 	quiet   bool
 	midLine bool // the model's streamed text has not ended its line
+	// streamed and called: the last step whose text streamed here, and
+	// whose tool call was shown: a step seen only when it ended (replayed,
+	// or attached to late) is shown whole.
+	streamed, called int
+	output           int // the last step whose command output was shown
 }
 
 func (p *eventPrinter) print(ev agent.Event) {
@@ -561,12 +566,13 @@ func (p *eventPrinter) print(ev agent.Event) {
 		fmt.Fprintf(p.w, "run %s: %s\n", ev.Run, ev.Text)
 	case agent.EventModelDelta:
 		fmt.Fprint(p.w, ev.Text)
-		p.midLine = !strings.HasSuffix(ev.Text, "\n")
+		p.midLine, p.streamed = !strings.HasSuffix(ev.Text, "\n"), ev.Seq
 	case agent.EventRetry:
 		endLine()
 		fmt.Fprintf(p.errw, "model: %s\n", ev.Text)
 	case agent.EventModel:
-		if ev.Replayed && ev.Text != "" {
+		if ev.Seq != p.streamed && ev.Text != "" {
+			endLine()
 			fmt.Fprintf(p.w, "%s%s\n", ev.Text, mark)
 		}
 		endLine()
@@ -574,7 +580,9 @@ func (p *eventPrinter) print(ev agent.Event) {
 	case agent.EventToolCall:
 		endLine()
 		fmt.Fprintf(p.w, "▸ %s %s\n", ev.Tool, argSummary(ev.Tool, ev.Args))
+		p.called = ev.Seq
 	case agent.EventOutput:
+		p.output = ev.Seq
 		w := p.w
 		if ev.Stream == "stderr" {
 			w = p.errw
@@ -582,9 +590,12 @@ func (p *eventPrinter) print(ev agent.Event) {
 		fmt.Fprint(w, ev.Text)
 	case agent.EventToolResult:
 		endLine()
-		switch {
-		case ev.Replayed:
+		if ev.Seq != p.called {
 			fmt.Fprintf(p.w, "▸ %s %s%s\n", ev.Tool, argSummary(ev.Tool, ev.Args), mark)
+		}
+		if ev.Tool == "exec" && ev.Seq != p.output {
+			// Its output was not seen as it ran: the journal's copy.
+			fmt.Fprintln(p.w, strings.TrimRight(ev.Text, "\n"))
 		}
 		switch {
 		case ev.ExitCode != nil:
