@@ -238,3 +238,32 @@ func assertNotInDir(t *testing.T, dir, secret string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAgentModelRetries: a 429 and a stream cut mid-answer are asked
+// again, shown as they happen, and leave one model step in the journal;
+// --max-cost ends the run once a turn's cost reaches it.
+func TestAgentModelRetries(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	t.Setenv("OPENAI_API_KEY", agentSecret)
+	srv := modeltest.New(t,
+		modeltest.Step{Status: 429, Message: "slow down", RetryAfter: "0"},
+		modeltest.Step{Text: "a long answer that will be cut", CutAfter: 3},
+		modeltest.ToolCalls(modeltest.Usage{Input: 100000, Output: 1000}, modeltest.Call{Name: "ls", Args: `{}`}),
+		modeltest.Reply("never asked", modeltest.Usage{}),
+	)
+	out, errs, err := e.run(nil, "agent", "run", "--base-url", srv.OpenAIURL(), "--model", "gpt-4o-mini", "--max-cost", "0.001", "w", "look")
+	if err == nil {
+		t.Fatalf("a run stopped at its cost limit exits 0:\n%s", out)
+	}
+	if n := strings.Count(errs, "model: "); n != 2 {
+		t.Errorf("%d retries shown, want 2:\n%s", n, errs)
+	}
+	runs := decodeJSON[[]core.Run](t, e.ok("agent", "ls", "w", "--json"))
+	if r := runs[0]; r.State != core.RunLimited || !strings.Contains(r.Error, "max-cost") || r.Steps != 2 || r.Cost < 0.001 {
+		t.Errorf("run %+v", r)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Errorf("%d model requests, want 3 (two retried, then the answer)", n)
+	}
+}
