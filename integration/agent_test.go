@@ -2,15 +2,19 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"computerd/agentctl/model/modeltest"
 	"computerd/computerd/api"
+	"computerd/computerd/daemon"
 	"computerd/core"
 	"computerd/wire"
 )
@@ -42,7 +46,7 @@ func TestAgentRun(t *testing.T) {
 	needExec(t)
 	for _, provider := range []string{"openai", "anthropic"} {
 		t.Run(provider, func(t *testing.T) {
-			e := start(t, api.Limits{})
+			e, logs := startLogged(t)
 			e.ok("ws", "create", "w")
 			srv := modeltest.New(t, agentScript()...)
 			base := srv.OpenAIURL()
@@ -131,6 +135,9 @@ func TestAgentRun(t *testing.T) {
 				t.Errorf("the key reached the sandbox's environment")
 			}
 			assertNotInDir(t, e.dir, agentSecret)
+			if logs.Len() == 0 || strings.Contains(logs.String(), agentSecret) {
+				t.Errorf("computerd's log (%d bytes) is empty or holds the key", logs.Len())
+			}
 		})
 	}
 }
@@ -266,4 +273,49 @@ func TestAgentModelRetries(t *testing.T) {
 	if n := len(srv.Requests()); n != 3 {
 		t.Errorf("%d model requests, want 3 (two retried, then the answer)", n)
 	}
+}
+
+// startLogged is start with computerd's log, at debug level, kept.
+func startLogged(t *testing.T) (*env, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	dir := t.TempDir()
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm,
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close daemon: %v", err)
+		}
+	})
+	e := &env{t: t, d: d, dir: dir}
+	e.token = e.newToken("alice")
+	return e, logs
+}
+
+// syncBuffer is a bytes.Buffer many goroutines may write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }
