@@ -178,3 +178,28 @@ func sameExec(a, b core.Exec) bool {
 	a.Started, a.Ended, b.Started, b.Ended = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	return reflect.DeepEqual(a, b)
 }
+
+// A migrated mirror equals the home revision its head's message named;
+// one changed locally since equals none.
+func TestMigrateMirrors(t *testing.T) {
+	ctx := context.Background()
+	s := openFixture(t, "store-v11.db.gz")
+	tests := []struct {
+		name         string
+		rev, homeRev int64
+	}{
+		{"m", 2, 7},  // head: "mirror of home@7"
+		{"m2", 0, 0}, // head: an API commit after "mirror of home@3"
+		{"w", 0, 0},  // never a mirror
+	}
+	for _, tt := range tests {
+		w, err := s.Workspace(ctx, "alice", tt.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, home, err := s.Mirror(ctx, w.ID)
+		if err != nil || rev != tt.rev || home != tt.homeRev {
+			t.Errorf("mirror %s: local@%d = home@%d %v, want local@%d = home@%d", tt.name, rev, home, err, tt.rev, tt.homeRev)
+		}
+	}
+}

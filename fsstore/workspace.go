@@ -187,6 +187,9 @@ func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
 		if _, err := s.wconn.ExecContext(ctx, `UPDATE workspaces SET deleted_ns = ? WHERE id = ?`, s.Now().UnixNano(), id); err != nil {
 			return wrapDB("delete workspace", err)
 		}
+		if _, err := s.wconn.ExecContext(ctx, `DELETE FROM mirrors WHERE ws = ?`, id); err != nil {
+			return wrapDB("delete workspace", err)
+		}
 		return s.collectLayer(ctx, id)
 	})
 }

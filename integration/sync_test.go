@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -56,9 +57,30 @@ func TestSyncPullPush(t *testing.T) {
 	if st.HomeRev != e.head("w") {
 		t.Fatalf("mirror equals home@%d, head is %d", st.HomeRev, e.head("w"))
 	}
-	// A second pull with nothing new moves nothing.
-	if st2, err := m.Pull(ctx, "w"); err != nil || st2.Bytes != 0 || st2.Requests != 1 {
+	// The store records which home revision the mirror's head equals.
+	if rev, home, err := m.Store.Mirror(ctx, st.Local.ID); err != nil || rev != st.Local.Head || home != st.HomeRev {
+		t.Fatalf("mirror state after the first pull: local@%d = home@%d %v, want local@%d = home@%d", rev, home, err, st.Local.Head, st.HomeRev)
+	}
+	// A second pull with nothing new moves nothing and commits nothing.
+	if st2, err := m.Pull(ctx, "w"); err != nil || st2.Bytes != 0 || st2.Requests != 1 || st2.Local.Head != st.Local.Head || st2.HomeRev != st.HomeRev {
 		t.Fatalf("idle pull: %+v %v", st2, err)
+	}
+	// Home revisions that leave the tree as the mirror has it (a change,
+	// then a restore) move the mirror's home revision, not its head: no
+	// made-up revision records it.
+	pulledAt := e.head("w")
+	e.write("w", "src/a.txt", "alpha, for a moment\n")
+	e.ok("restore", "w", "--rev", strconv.FormatInt(pulledAt, 10))
+	st2, err := m.Pull(ctx, "w")
+	if err != nil || st2.HomeRev != e.head("w") {
+		t.Fatalf("pull of an unchanged tree: %+v %v, home head %d", st2, err, e.head("w"))
+	}
+	if st2.Local.Head != st.Local.Head {
+		revs, _ := m.Store.Log(ctx, st.Local.ID, 1)
+		t.Fatalf("pull of an unchanged tree committed local@%d: %+v", st2.Local.Head, revs)
+	}
+	if _, have, err := m.State(ctx, "w"); err != nil || have != e.head("w") {
+		t.Fatalf("mirror state: home@%d %v, want home@%d", have, err, e.head("w"))
 	}
 	// A one-file change transfers only that file's bytes, in one round trip.
 	e.write("w", "src/a.txt", "alpha, changed\n")
