@@ -269,7 +269,9 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 }
 
 // Push sends the changeset cs of the local workspace (whose bytes are read
-// at revision cs.To of local) to the home, based on home revision base.
+// at revision cs.To of local) to the home, based on home revision
+// hdr.Base. A conflict is no error: the home kept the changes in a new
+// workspace, and the result's Conflict and KeptAs say so.
 func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Changeset, hdr PushHeader) (PushResult, error) {
 	sn, err := m.Store.Snapshot(ctx, local, cs.To)
 	if err != nil {
@@ -293,10 +295,6 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 	resp, err := m.Client.do(ctx, "POST", syncPath(ws, "push"), pr)
 	pr.Close()
 	if err != nil {
-		var re *RemoteError
-		if errors.As(err, &re) && re.Body.Code == wire.CodeConflict {
-			return PushResult{}, &core.ConflictError{Base: hdr.Base, Paths: re.Body.Paths}
-		}
 		return PushResult{}, err
 	}
 	defer resp.Body.Close()
