@@ -355,3 +355,60 @@ func TestExecutorPushRetriedOnce(t *testing.T) {
 		t.Fatalf("f.txt = %q", got)
 	}
 }
+
+// A conflicting push whose answer is lost: the home kept the copy; the
+// retry finds that copy, and the exec settles with it (one copy, not two).
+func TestExecutorConflictRetriedOnce(t *testing.T) {
+	needExec(t)
+	ctx := context.Background()
+	homeDir := t.TempDir()
+	token := tokenFor(t, homeDir, "alice")
+	home := startChild(t, homeDir)
+	proxy := newCutProxy(t, strings.TrimPrefix(home.url, "http://"))
+	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
+	hc, xc := client.New(home.url, token), client.New(ex.url, token)
+	if _, err := hc.CreateWorkspace(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan core.Exec)
+	go func() {
+		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > f.txt"}}, nil)
+		done <- rec
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := hc.Write(ctx, "w", "f.txt", strings.NewReader("api\n"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	head := mustHead(t, hc, "w")
+	if rec := <-done; rec.State != core.ExecPending || proxy.cuts.Load() != 1 {
+		t.Fatalf("exec whose conflicting push answer was cut: %+v (%d cuts)", rec, proxy.cuts.Load())
+	}
+	var last []core.Exec
+	eventually30(t, "the retried push settles", func() bool {
+		last, _ = xc.Execs(ctx, "w", 0)
+		return len(last) == 1 && last[0].State == core.ExecExited
+	})
+	rec := last[0]
+	if len(rec.Conflict) != 1 || rec.Conflict[0] != "f.txt" || rec.KeptAs != "w.conflict-"+rec.ID || rec.Rev != 0 {
+		t.Fatalf("settled conflicting exec: %+v", rec)
+	}
+	if got, _ := readAll(hc, rec.KeptAs, "f.txt"); got != "exec\n" {
+		t.Fatalf("the exec's version at the home: %q", got)
+	}
+	if got, _ := readAll(hc, "w", "f.txt"); got != "api\n" || mustHead(t, hc, "w") != head {
+		t.Fatalf("home's f.txt after the conflict: %q", got)
+	}
+	list, err := hc.Workspaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copies []string
+	for _, w := range list {
+		if strings.HasPrefix(w.Name, "w.conflict-") {
+			copies = append(copies, w.Name)
+		}
+	}
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies at the home: %v", copies)
+	}
+}
