@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"computerd/core"
 )
@@ -48,21 +49,176 @@ func (s *Store) UpdateExec(ctx context.Context, e core.Exec) error {
 	return s.write(ctx, func() error { return s.putExec(ctx, e, false) })
 }
 
+// execStates are the stored names of exec states, fixed here so that a
+// change of core's names (which are the API's) never changes what is on
+// disk, or what the journal's partial index execs_state covers.
+var execStates = map[core.ExecState]string{
+	core.ExecRunning:     "running",
+	core.ExecExited:      "exited",
+	core.ExecKilled:      "killed",
+	core.ExecTimeout:     "timeout",
+	core.ExecInterrupted: "interrupted",
+	core.ExecFailed:      "failed",
+	core.ExecPending:     "pending",
+}
+
+// storedState is the stored name of st ("" stays "": no state, as a
+// pending state is when nothing waits for the home).
+func storedState(st core.ExecState) (string, error) {
+	if st == "" {
+		return "", nil
+	}
+	name, ok := execStates[st]
+	if !ok {
+		return "", fmt.Errorf("exec state %q: %w", st, core.ErrInvalidArgument)
+	}
+	return name, nil
+}
+
+// loadedState is the exec state stored as name.
+func loadedState(name string) (core.ExecState, error) {
+	if name == "" {
+		return "", nil
+	}
+	for st, n := range execStates {
+		if n == name {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("journal: unknown exec state %q", name)
+}
+
+// execRow is an exec as the execs table stores it: one field per column,
+// converted from and to core.Exec here and nowhere else, so the API's
+// JSON names never reach the disk.
+type execRow struct {
+	id, tenant   string
+	ws           int64
+	wsName       string
+	key          sql.NullString
+	argv         string // JSON array of strings
+	cwd          string
+	envNames     string // JSON array of strings
+	baseRev      int64
+	state        string
+	startedNs    int64
+	endedNs      int64 // 0: still running
+	exitCode     int
+	signal       string
+	timedOut     bool
+	stdoutBytes  int64
+	stderrBytes  int64
+	rev          int64
+	conflict     string // JSON array of strings
+	keptAs       string
+	draft        int64
+	errText      string
+	executor     string
+	homeBase     int64
+	pendingState string
+}
+
+// execCols are the execs table's columns in the order of execRow.fields.
+const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state`
+
+// fields points at r's fields in the order of execCols, to scan into.
+func (r *execRow) fields() []any {
+	return []any{&r.id, &r.tenant, &r.ws, &r.wsName, &r.key, &r.argv, &r.cwd, &r.envNames, &r.baseRev, &r.state,
+		&r.startedNs, &r.endedNs, &r.exitCode, &r.signal, &r.timedOut, &r.stdoutBytes, &r.stderrBytes, &r.rev,
+		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState}
+}
+
+// values are r's fields in the order of execCols, to write.
+func (r *execRow) values() []any {
+	return []any{r.id, r.tenant, r.ws, r.wsName, r.key, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
+		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState}
+}
+
+func toExecRow(e core.Exec) (execRow, error) {
+	r := execRow{
+		id: e.ID, tenant: e.Tenant, ws: e.WS, wsName: e.WSName, key: sql.NullString{String: e.Key, Valid: e.Key != ""},
+		argv: stringList(e.Argv), cwd: e.Cwd, envNames: stringList(e.EnvNames), baseRev: e.BaseRev,
+		startedNs: e.Started.UnixNano(), exitCode: e.ExitCode, signal: e.Signal, timedOut: e.TimedOut,
+		stdoutBytes: e.StdoutBytes, stderrBytes: e.StderrBytes, rev: e.Rev, conflict: stringList(e.Conflict),
+		keptAs: e.KeptAs, draft: e.Draft, errText: e.Error, executor: e.Executor, homeBase: e.HomeBase,
+	}
+	if !e.Ended.IsZero() {
+		r.endedNs = e.Ended.UnixNano()
+	}
+	var err error
+	if r.state, err = storedState(e.State); err != nil {
+		return r, err
+	}
+	r.pendingState, err = storedState(e.PendingState)
+	return r, err
+}
+
+func (r execRow) exec() (core.Exec, error) {
+	e := core.Exec{
+		ID: r.id, Tenant: r.tenant, WS: r.ws, WSName: r.wsName, Key: r.key.String, Cwd: r.cwd, BaseRev: r.baseRev,
+		Started: time.Unix(0, r.startedNs), ExitCode: r.exitCode, Signal: r.signal, TimedOut: r.timedOut,
+		StdoutBytes: r.stdoutBytes, StderrBytes: r.stderrBytes, Rev: r.rev, KeptAs: r.keptAs, Draft: r.draft,
+		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase,
+	}
+	if r.endedNs != 0 {
+		e.Ended = time.Unix(0, r.endedNs)
+	}
+	var err error
+	if e.State, err = loadedState(r.state); err != nil {
+		return e, err
+	}
+	if e.PendingState, err = loadedState(r.pendingState); err != nil {
+		return e, err
+	}
+	for _, l := range []struct {
+		to   *[]string
+		from string
+	}{{&e.Argv, r.argv}, {&e.EnvNames, r.envNames}, {&e.Conflict, r.conflict}} {
+		if *l.to, err = parseStringList(l.from); err != nil {
+			return e, fmt.Errorf("journal: exec %s: %w", r.id, err)
+		}
+	}
+	return e, nil
+}
+
+// stringList is the stored form of a list of strings: a JSON array.
+func stringList(l []string) string {
+	if len(l) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(l) // strings always marshal
+	return string(b)
+}
+
+// parseStringList reads stringList's form; an empty list reads as nil.
+func parseStringList(s string) ([]string, error) {
+	var l []string
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, err
+	}
+	if len(l) == 0 {
+		return nil, nil
+	}
+	return l, nil
+}
+
 func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
-	body, err := json.Marshal(e)
+	r, err := toExecRow(e)
 	if err != nil {
 		return err
 	}
-	var key any
-	if e.Key != "" {
-		key = e.Key
-	}
 	if insert {
-		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(id, tenant, ws, idem_key, state, started_ns, record) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			e.ID, e.Tenant, e.WS, key, e.State, e.Started.UnixNano(), string(body))
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
 		return wrapDB("record exec", err)
 	}
-	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET state = ?, record = ? WHERE id = ?`, e.State, string(body), e.ID)
+	// The identity (id, tenant, workspace, idempotency key) never changes.
+	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET ws_name = ?, argv = ?, cwd = ?, env_names = ?, base_rev = ?, state = ?,
+		started_ns = ?, ended_ns = ?, exit_code = ?, signal = ?, timed_out = ?, stdout_bytes = ?, stderr_bytes = ?, rev = ?,
+		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ? WHERE id = ?`,
+		r.wsName, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
+		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.id)
 	if err != nil {
 		return wrapDB("update exec", err)
 	}
@@ -77,16 +233,15 @@ type querier interface {
 }
 
 func (s *Store) execWhere(ctx context.Context, q querier, where string, args ...any) (core.Exec, error) {
-	var body string
-	err := q.QueryRowContext(ctx, `SELECT record FROM execs WHERE `+where, args...).Scan(&body)
+	var r execRow
+	err := q.QueryRowContext(ctx, `SELECT `+execCols+` FROM execs WHERE `+where, args...).Scan(r.fields()...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return core.Exec{}, fmt.Errorf("exec: %w", core.ErrNotFound)
 	}
 	if err != nil {
 		return core.Exec{}, wrapDB("read exec", err)
 	}
-	var e core.Exec
-	return e, json.Unmarshal([]byte(body), &e)
+	return r.exec()
 }
 
 // ExecByID returns one exec record.
@@ -99,28 +254,32 @@ func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]core.Exec, er
 	if limit <= 0 {
 		limit = -1
 	}
-	return s.execList(ctx, `SELECT record FROM execs WHERE ws = ? ORDER BY started_ns DESC LIMIT ?`, ws, limit)
+	return s.execList(ctx, `WHERE ws = ? ORDER BY started_ns DESC LIMIT ?`, ws, limit)
 }
 
 // ExecsInState lists every exec in state (running ones after a crash, pending pushes).
 func (s *Store) ExecsInState(ctx context.Context, state core.ExecState) ([]core.Exec, error) {
-	return s.execList(ctx, `SELECT record FROM execs WHERE state = ? ORDER BY started_ns`, state)
+	name, err := storedState(state)
+	if err != nil {
+		return nil, err
+	}
+	return s.execList(ctx, `WHERE state = ? ORDER BY started_ns`, name)
 }
 
-func (s *Store) execList(ctx context.Context, query string, args ...any) ([]core.Exec, error) {
-	rows, err := s.rdb.QueryContext(ctx, query, args...)
+func (s *Store) execList(ctx context.Context, where string, args ...any) ([]core.Exec, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+execCols+` FROM execs `+where, args...)
 	if err != nil {
 		return nil, wrapDB("list execs", err)
 	}
 	defer rows.Close()
 	out := []core.Exec{}
 	for rows.Next() {
-		var body string
-		if err := rows.Scan(&body); err != nil {
+		var r execRow
+		if err := rows.Scan(r.fields()...); err != nil {
 			return nil, wrapDB("list execs", err)
 		}
-		var e core.Exec
-		if err := json.Unmarshal([]byte(body), &e); err != nil {
+		e, err := r.exec()
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -93,5 +94,42 @@ func TestReadsAfterClose(t *testing.T) {
 	}
 	if _, err := s.Snapshot(ctx, w.ID, core.Head); !errors.Is(err, core.ErrClosed) {
 		t.Fatalf("Snapshot after Close: %v", err)
+	}
+}
+
+// Every field of an exec record survives the journal's columns.
+func TestJournalRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	w, err := s.CreateWorkspace(ctx, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Date(2026, 12, 1, 9, 30, 0, 123456789, time.FixedZone("", -5*3600))
+	tests := []struct {
+		name string
+		e    core.Exec
+	}{
+		{"bare", core.Exec{ID: "x1", Tenant: "t", WS: w.ID, State: core.ExecRunning, Started: started}},
+		{"every field", core.Exec{ID: "x2", Tenant: "t", WS: w.ID, WSName: "w", Key: "k", Argv: []string{"sh", "-c", `echo "a\tb" > f`},
+			Cwd: "d", EnvNames: []string{"A", "B"}, BaseRev: 1, State: core.ExecPending, Started: started,
+			Ended: started.Add(1500 * time.Millisecond), ExitCode: 130, Signal: "SIGINT", TimedOut: true,
+			StdoutBytes: 1 << 40, StderrBytes: 7, Rev: 4, Conflict: []string{"f", "g/h"}, KeptAs: "w.conflict-x2",
+			Draft: 12, Error: "waiting; for the home", Executor: "ex", HomeBase: 9, PendingState: core.ExecKilled}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, err := s.BeginExec(ctx, tt.e); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.ExecByID(ctx, tt.e.ID)
+			if err != nil || !sameExec(got, tt.e) {
+				t.Fatalf("read back:\n got %+v %v\nwant %+v", got, err, tt.e)
+			}
+		})
+	}
+	// A state the journal has no stored name for is refused, not written.
+	if err := s.UpdateExec(ctx, core.Exec{ID: "x1", Tenant: "t", WS: w.ID, State: "done"}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Fatalf("update to an unknown state: %v", err)
 	}
 }

@@ -16,4 +16,8 @@ type CommitInfo struct {
 	// the head has moved past it, the commit succeeds only when none of its
 	// paths changed in between; otherwise it fails with a *ConflictError.
 	Base int64
+	// HomeRev, when non-zero, records that the new revision is a mirror of
+	// this revision of a home's workspace (see Store.Mirror), in the
+	// commit's own transaction.
+	HomeRev int64
 }

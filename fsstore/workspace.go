@@ -100,22 +100,30 @@ func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (co
 		if err := s.nameFree(ctx, w.Tenant, name); err != nil {
 			return err
 		}
-		now := s.Now().UnixNano()
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
-			w.Tenant, name, w.ID, rev, now)
-		if err != nil {
-			return wrapDB("fork workspace", err)
-		}
-		if id, err = res.LastInsertId(); err != nil {
-			return err
-		}
-		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
-		return wrapDB("record revision", err)
+		id, err = s.insertFork(ctx, w, rev, name)
+		return err
 	})
 	if err != nil {
 		return core.Workspace{}, err
 	}
 	return s.WorkspaceByID(ctx, id)
+}
+
+// insertFork writes the rows of a fork of w at rev called name (free, and
+// rev retained: the caller checked) inside the caller's write transaction.
+func (s *Store) insertFork(ctx context.Context, w core.Workspace, rev int64, name string) (int64, error) {
+	now := s.Now().UnixNano()
+	res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
+		w.Tenant, name, w.ID, rev, now)
+	if err != nil {
+		return 0, wrapDB("fork workspace", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
+	return id, wrapDB("record revision", err)
 }
 
 type rowQuerier interface {
@@ -185,6 +193,9 @@ func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
 			return err
 		}
 		if _, err := s.wconn.ExecContext(ctx, `UPDATE workspaces SET deleted_ns = ? WHERE id = ?`, s.Now().UnixNano(), id); err != nil {
+			return wrapDB("delete workspace", err)
+		}
+		if _, err := s.wconn.ExecContext(ctx, `DELETE FROM mirrors WHERE ws = ?`, id); err != nil {
 			return wrapDB("delete workspace", err)
 		}
 		return s.collectLayer(ctx, id)

@@ -213,6 +213,9 @@ func (t *wtx) finish(info CommitInfo) error {
 	if _, err := t.q.setHead.ExecContext(t.ctx, t.rev, t.ws.id); err != nil {
 		return fmt.Errorf("set head: %w", err)
 	}
+	if info.HomeRev != 0 {
+		return t.s.setMirror(t.ctx, t.ws.id, t.rev, info.HomeRev)
+	}
 	return nil
 }
 

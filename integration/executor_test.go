@@ -99,23 +99,38 @@ func TestExecutor(t *testing.T) {
 	if moved := metric(t, ex.metrics, `computerd_sync_bytes_total{direction="pull"}`) - pulled; moved > 2*8+1024 || moved < 8 {
 		t.Fatalf("second pull moved %v bytes after an 8-byte change", moved)
 	}
-	// A conflict between an API write at the home and an exec at the executor.
+	// A conflict between an API write at the home and an exec at the
+	// executor: the home keeps the exec's changes in a copy itself.
+	base := mustHead(t, hc, "w")
 	done := make(chan core.Exec)
 	go func() {
-		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > in.txt"}}, nil)
+		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > in.txt; echo new > new.txt"}}, nil)
 		done <- rec
 	}()
 	time.Sleep(500 * time.Millisecond)
 	hc.Write(ctx, "w", "in.txt", strings.NewReader("api\n"), client.WriteOptions{})
 	rec = <-done
-	if len(rec.Conflict) != 1 || rec.Conflict[0] != "in.txt" || rec.KeptAs == "" {
+	if len(rec.Conflict) != 1 || rec.Conflict[0] != "in.txt" || rec.KeptAs != "w.conflict-"+rec.ID || rec.State != core.ExecExited {
 		t.Fatalf("conflicting exec: %+v", rec)
 	}
 	if got, _ := readAll(hc, "w", "in.txt"); got != "api\n" {
 		t.Fatalf("home's in.txt after the conflict: %q", got)
 	}
-	if got, _ := readAll(hc, rec.KeptAs, "in.txt"); got != "exec\n" {
-		t.Fatalf("the exec's version at the home (%s): %q", rec.KeptAs, got)
+	if _, err := hc.Stat(ctx, "w", "new.txt", 0); err == nil {
+		t.Fatal("a conflicting exec's new file reached the home's workspace")
+	}
+	// The copy is the workspace at the exec's base plus exactly its changes.
+	copyWS, err := hc.Workspace(ctx, rec.KeptAs)
+	if err != nil || copyWS.BaseRev != base || copyWS.Head != 2 {
+		t.Fatalf("the exec's copy at the home: %+v %v (exec based on home@%d)", copyWS, err, base)
+	}
+	for p, want := range map[string]string{"in.txt": "exec\n", "new.txt": "new\n", "out.txt": "made\n"} {
+		if got, err := readAll(hc, rec.KeptAs, p); err != nil || got != want {
+			t.Fatalf("the exec's version at the home (%s/%s): %q %v, want %q", rec.KeptAs, p, got, err, want)
+		}
+	}
+	if revs, _ := hc.Log(ctx, rec.KeptAs, 1); revs[0].ExecID != rec.ID || revs[0].Source != core.SourceExec {
+		t.Fatalf("the copy's revision: %+v", revs[0])
 	}
 	list, err := xc.Execs(ctx, "w", 0)
 	if err != nil || len(list) != 3 {
@@ -338,5 +353,62 @@ func TestExecutorPushRetriedOnce(t *testing.T) {
 	}
 	if got, _ := readAll(hc, "w", "f.txt"); got != "once\n" {
 		t.Fatalf("f.txt = %q", got)
+	}
+}
+
+// A conflicting push whose answer is lost: the home kept the copy; the
+// retry finds that copy, and the exec settles with it (one copy, not two).
+func TestExecutorConflictRetriedOnce(t *testing.T) {
+	needExec(t)
+	ctx := context.Background()
+	homeDir := t.TempDir()
+	token := tokenFor(t, homeDir, "alice")
+	home := startChild(t, homeDir)
+	proxy := newCutProxy(t, strings.TrimPrefix(home.url, "http://"))
+	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
+	hc, xc := client.New(home.url, token), client.New(ex.url, token)
+	if _, err := hc.CreateWorkspace(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan core.Exec)
+	go func() {
+		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > f.txt"}}, nil)
+		done <- rec
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := hc.Write(ctx, "w", "f.txt", strings.NewReader("api\n"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	head := mustHead(t, hc, "w")
+	if rec := <-done; rec.State != core.ExecPending || proxy.cuts.Load() != 1 {
+		t.Fatalf("exec whose conflicting push answer was cut: %+v (%d cuts)", rec, proxy.cuts.Load())
+	}
+	var last []core.Exec
+	eventually30(t, "the retried push settles", func() bool {
+		last, _ = xc.Execs(ctx, "w", 0)
+		return len(last) == 1 && last[0].State == core.ExecExited
+	})
+	rec := last[0]
+	if len(rec.Conflict) != 1 || rec.Conflict[0] != "f.txt" || rec.KeptAs != "w.conflict-"+rec.ID || rec.Rev != 0 {
+		t.Fatalf("settled conflicting exec: %+v", rec)
+	}
+	if got, _ := readAll(hc, rec.KeptAs, "f.txt"); got != "exec\n" {
+		t.Fatalf("the exec's version at the home: %q", got)
+	}
+	if got, _ := readAll(hc, "w", "f.txt"); got != "api\n" || mustHead(t, hc, "w") != head {
+		t.Fatalf("home's f.txt after the conflict: %q", got)
+	}
+	list, err := hc.Workspaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copies []string
+	for _, w := range list {
+		if strings.HasPrefix(w.Name, "w.conflict-") {
+			copies = append(copies, w.Name)
+		}
+	}
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies at the home: %v", copies)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -71,8 +70,9 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 	return h, nil
 }
 
-// Mirror keeps workspaces of a local store equal to the home's: each
-// mirror revision records the home revision it equals in its message.
+// Mirror keeps workspaces of a local store equal to the home's: the store
+// records which home revision each mirror's head equals (fsstore's
+// Store.Mirror), in the transaction of the pull that made it.
 type Mirror struct {
 	Client *Client
 	Store  *fsstore.Store
@@ -92,17 +92,6 @@ type PullStats struct {
 	Requests int   // round trips
 }
 
-const mirrorTag = "mirror of home@"
-
-// HomeRevOf returns the home revision a mirror revision equals (0 if it is not a pulled revision).
-func HomeRevOf(r core.Revision) int64 {
-	n, _ := strconv.ParseInt(strings.TrimPrefix(r.Message, mirrorTag), 10, 64)
-	if r.Source != core.SourceSync || !strings.HasPrefix(r.Message, mirrorTag) {
-		return 0
-	}
-	return n
-}
-
 // State returns the local mirror of ws and the home revision its head
 // equals (0 when it was never pulled, or changed locally since).
 func (m *Mirror) State(ctx context.Context, ws string) (core.Workspace, int64, error) {
@@ -115,11 +104,11 @@ func (m *Mirror) State(ctx context.Context, ws string) (core.Workspace, int64, e
 	if err != nil {
 		return local, 0, err
 	}
-	revs, err := m.Store.Log(ctx, local.ID, 1)
-	if err != nil || len(revs) == 0 {
+	rev, home, err := m.Store.Mirror(ctx, local.ID)
+	if err != nil || rev != local.Head {
 		return local, 0, err
 	}
-	return local, HomeRevOf(revs[0]), nil
+	return local, home, nil
 }
 
 // Pull brings the mirror of ws up to the home's head.
@@ -156,23 +145,25 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if hdr.To == have && !hdr.Full {
 		return st, nil // nothing new
 	}
-	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, Message: mirrorTag + strconv.FormatInt(hdr.To, 10)}
-	var rev core.Revision
+	if !hdr.Full && len(cs.Ops) == 0 {
+		// The home has new revisions but nothing the mirror lacks: record
+		// that the head equals the new home revision, and commit nothing.
+		if err := m.Store.RecordMirror(ctx, local.ID, local.Head, hdr.To); err != nil {
+			return st, err
+		}
+		st.HomeRev = hdr.To
+		return st, nil
+	}
+	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, HomeRev: hdr.To, Message: fmt.Sprintf("pull of home@%d", hdr.To)}
 	if hdr.Full {
 		b := &core.Batch{Ops: append([]core.Op{{Kind: core.OpDeleteAll, Path: ""}}, cs.Ops...)}
-		rev, err = m.Store.Commit(ctx, local.ID, b, info)
+		_, err = m.Store.Commit(ctx, local.ID, b, info)
 	} else {
 		info.Base = local.Head
-		rev, err = m.Store.Apply(ctx, local.ID, cs, info)
+		_, err = m.Store.Apply(ctx, local.ID, cs, info)
 	}
 	if err != nil {
 		return st, fmt.Errorf("apply pull of home@%d: %w", hdr.To, err)
-	}
-	if rev.Rev == 0 || rev.Rev == local.Head {
-		// Nothing differed: record the home revision anyway with an empty batch.
-		if rev, err = m.Store.Commit(ctx, local.ID, &core.Batch{Ops: []core.Op{{Kind: core.OpUtimes, Path: "", Mtime: m.Store.Now().UnixNano()}}}, info); err != nil {
-			return st, err
-		}
 	}
 	st.HomeRev = hdr.To
 	st.Local, err = m.Store.WorkspaceByID(ctx, local.ID)
@@ -250,7 +241,9 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 }
 
 // Push sends the changeset cs of the local workspace (whose bytes are read
-// at revision cs.To of local) to the home, based on home revision base.
+// at revision cs.To of local) to the home, based on home revision
+// hdr.Base. A conflict is no error: the home kept the changes in a new
+// workspace, and the result's Conflict and KeptAs say so.
 func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Changeset, hdr PushHeader) (PushResult, error) {
 	sn, err := m.Store.Snapshot(ctx, local, cs.To)
 	if err != nil {
@@ -274,10 +267,6 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 	resp, err := m.Client.do(ctx, "POST", syncPath(ws, "push"), pr)
 	pr.Close()
 	if err != nil {
-		var ce *core.ConflictError
-		if errors.As(err, &ce) {
-			return PushResult{}, &core.ConflictError{Base: hdr.Base, Paths: ce.Paths}
-		}
 		return PushResult{}, err
 	}
 	defer resp.Body.Close()

@@ -17,8 +17,10 @@ import (
 	"computerd/core"
 )
 
-// Version is the protocol version this build speaks.
-const Version = 1
+// Version is the protocol version this build speaks. Version 2: a
+// conflicting push is kept at the home and answered as such (PushResult),
+// where version 1 refused it with 409.
+const Version = 2
 
 // HeaderVersion carries the protocol version on every request and answer.
 const HeaderVersion = "Computerd-Sync-Version"

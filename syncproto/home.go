@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,8 +64,16 @@ type PushHeader struct {
 
 // PushResult answers a push.
 type PushResult struct {
+	// Revision is the push's revision: of the workspace pushed to, or, if
+	// the push conflicted, of its conflict copy KeptAs.
 	Revision  core.Revision `json:"revision"`
-	Duplicate bool          `json:"duplicate,omitempty"` // this push id had already been applied
+	Duplicate bool          `json:"duplicate,omitempty"` // this push id had already been applied (or kept)
+	// Conflict lists the paths the home changed after the push's base
+	// that the push changes too. The workspace is then unchanged, and the
+	// home has kept the push's changes in a new workspace KeptAs, a fork
+	// of it at the base (ConflictCopyName).
+	Conflict []string `json:"conflict,omitempty"`
+	KeptAs   string   `json:"kept_as,omitempty"`
 }
 
 // Home serves the sync side of a home computerd.
@@ -314,8 +323,9 @@ func (h *Home) lock(ws int64) func() {
 	return l.Unlock
 }
 
-// Push reads a push stream for ws and applies it as one revision (or finds
-// the revision an earlier attempt with the same push id made).
+// Push reads a push stream for ws and applies it as one revision, or, if
+// it conflicts, keeps it as one revision of a new workspace (see
+// PushResult); or finds what an earlier attempt with the same push id made.
 func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant string) (PushResult, error) {
 	dec := NewDecoder(r)
 	var hdr PushHeader
@@ -373,13 +383,48 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	if len(cs.Ops) == 0 {
 		return PushResult{}, nil
 	}
-	rev, err := h.Store.Apply(ctx, ws.ID, cs, fsstore.CommitInfo{
+	// A conflict is kept here, in the push's own transaction, rather than
+	// left to the pusher: an executor would need the API (and two more
+	// round trips that a crash could split) to fork and push again.
+	res, err := h.Store.ApplyOrKeep(ctx, ws.ID, cs, fsstore.CommitInfo{
 		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
-	})
+	}, ConflictCopyName(ws.Name, hdr.PushID))
 	if err != nil {
 		return PushResult{}, err
 	}
-	return PushResult{Revision: rev}, nil
+	return PushResult{Revision: res.Revision, Duplicate: res.Duplicate, Conflict: res.Conflict, KeptAs: res.Copy.Name}, nil
+}
+
+// maxName is the longest workspace name the store takes; names made here
+// leave 4 bytes of it for the store's "-2" ... "-100".
+const maxName = 128
+
+// ConflictCopyName names the workspace that keeps a conflicting push of
+// ws: "WS.conflict-PUSHID", as the copies of conflicting execs and mounts
+// are named, or, if that is no workspace name (a push id of other
+// characters, or too long), the push id's hash in its place. The store
+// adds -2, -3, ... if the name is taken.
+func ConflictCopyName(ws, pushID string) string {
+	const infix = ".conflict-"
+	if name := ws + infix + pushID; len(name) <= maxName-4 && nameChars(pushID) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(pushID))
+	tag := hex.EncodeToString(sum[:8])
+	if room := maxName - 4 - len(infix) - len(tag); len(ws) > room {
+		ws = ws[:room]
+	}
+	return ws + infix + tag
+}
+
+// nameChars reports whether s is made of workspace-name characters only.
+func nameChars(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // storeChunk stores one received chunk; the decoder has checked its hash.

@@ -116,6 +116,8 @@ func pushOutcome(res syncproto.PushResult, err error) string {
 	switch {
 	case err == nil && res.Duplicate:
 		return "duplicate"
+	case err == nil && len(res.Conflict) > 0:
+		return "conflict" // kept as a copy (res.KeptAs)
 	case err == nil:
 		return "applied"
 	case errors.Is(err, core.ErrConflict):

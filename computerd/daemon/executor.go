@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"computerd/agentctl/client"
 	"computerd/computerd/runner"
 	"computerd/core"
 	"computerd/fsstore"
@@ -23,7 +22,6 @@ import (
 // token check that asks the home.
 type executor struct {
 	home  *url.URL
-	token string
 	hello syncproto.Hello
 	sync  *syncproto.Client
 	proxy http.Handler
@@ -48,7 +46,7 @@ func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor,
 	if cfg.HomeToken == "" {
 		return nil, errors.New("--home needs --token (a token of the tenant this executor serves)")
 	}
-	x := &executor{home: u, token: cfg.HomeToken, store: st, known: map[[32]byte]knownToken{},
+	x := &executor{home: u, store: st, known: map[[32]byte]knownToken{},
 		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken}}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -72,7 +70,6 @@ func (x *executor) check(st *fsstore.Store) error {
 func (x *executor) runner() *runner.Remote {
 	return &runner.Remote{
 		Mirror: &syncproto.Mirror{Client: x.sync, Store: x.store, Tenant: x.hello.Tenant},
-		Home:   client.New(x.home.String(), x.token),
 	}
 }
 

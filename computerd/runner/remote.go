@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"computerd/agentctl/client"
 	"computerd/computerd/fusefs"
 	"computerd/core"
 	"computerd/fsstore"
@@ -20,7 +19,6 @@ import (
 // changes are pushed home as one revision.
 type Remote struct {
 	Mirror *syncproto.Mirror
-	Home   *client.Client // the home's API (conflict copies)
 	// RetryMin and RetryMax bound the backoff of pending pushes (default 1 s, 30 s).
 	RetryMin, RetryMax time.Duration
 }
@@ -57,32 +55,26 @@ func (r *Runner) deliverer(e core.Exec, keptAs *string) func(context.Context, fs
 	}
 }
 
-// push sends an exec's changeset (read from draft) home. A conflict is
-// pushed to a fork at the home, so both versions are there; a transport
-// failure wraps fusefs.ErrKeepDraft (the caller retries later).
+// push sends an exec's changeset (read from draft) home. On a conflict
+// the home keeps the changes in a copy of its own, in the push's
+// transaction: push returns a *core.ConflictError and the copy's name. A
+// transport failure wraps fusefs.ErrKeepDraft (the caller retries later).
 func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Changeset, source core.Source) (core.Revision, string, error) {
 	start := time.Now()
-	m := r.Remote.Mirror
 	hdr := syncproto.PushHeader{PushID: e.ID, Base: e.HomeBase, Message: commandLine(e.Argv), Source: source}
-	res, err := m.Push(ctx, e.WSName, draft, cs, hdr)
+	res, err := r.Remote.Mirror.Push(ctx, e.WSName, draft, cs, hdr)
+	if err == nil && len(res.Conflict) > 0 {
+		err = &core.ConflictError{Base: hdr.Base, Paths: res.Conflict}
+	}
 	if r.Metrics != nil {
 		r.Metrics.SyncLatency.WithLabelValues("push").Observe(time.Since(start).Seconds())
 		r.Metrics.Pushes.WithLabelValues(pushOutcome(err)).Inc()
 	}
-	var conflict *core.ConflictError
 	switch {
 	case err == nil:
 		return res.Revision, "", nil
-	case errors.As(err, &conflict):
-		name := fmt.Sprintf("%s.conflict-%s", e.WSName, e.ID)
-		if _, ferr := r.Remote.Home.Fork(ctx, e.WSName, name, e.HomeBase); ferr != nil && !errors.Is(ferr, core.ErrWorkspaceExists) {
-			return res.Revision, "", fmt.Errorf("%w: %w (keeping a copy at the home failed: %v)", fusefs.ErrKeepDraft, err, ferr)
-		}
-		hdr.Base = 1
-		if _, perr := m.Push(ctx, name, draft, cs, hdr); perr != nil {
-			return res.Revision, "", fmt.Errorf("%w: %w (pushing a copy to the home failed: %v)", fusefs.ErrKeepDraft, err, perr)
-		}
-		return res.Revision, name, err
+	case errors.Is(err, core.ErrConflict):
+		return res.Revision, res.KeptAs, err
 	default:
 		var we *wire.Error
 		switch {
