@@ -220,6 +220,9 @@ func (u *Uploader) Flush(ctx context.Context) error {
 // writeChunks stores chunks in one transaction, leases them, and returns
 // their row ids.
 func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64, error) {
+	if s.Shared {
+		return nil, errShared
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {

@@ -109,7 +109,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					if c.NArg() != 1 {
 						return fmt.Errorf("usage: computerd token create TENANT")
 					}
@@ -124,7 +124,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "ls", Usage: "list tokens (ids and tenants; secrets are not stored)",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					toks, err := s.Tokens(c.Context)
 					if err != nil {
 						return err
@@ -143,7 +143,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "revoke", Usage: "revoke the token with ID", ArgsUsage: "ID",
 				Flags: []cli.Flag{dataFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					return s.RevokeToken(c.Context, c.Args().First())
 				}),
 			},
