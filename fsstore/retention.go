@@ -161,8 +161,11 @@ func (s *Store) Retain(ctx context.Context, p Policy) (PruneStats, error) {
 		}
 	}
 	st, err := s.GC(ctx)
+	if err != nil {
+		return total, err
+	}
 	total.Chunks, total.ChunkBytes = st.Chunks, st.ChunkBytes
-	return total, err
+	return total, nil
 }
 
 // collect runs fn, a write transaction that may delete tree rows, with

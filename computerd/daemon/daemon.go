@@ -49,6 +49,12 @@ type Config struct {
 	SandboxWarm int
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration
+	// Retention is the policy by which the daemon prunes old revisions
+	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
+	Retention fsstore.Policy
+	// GCInterval is how often it prunes by Retention and then collects the
+	// chunks nothing needs (0: never; serve's default DefaultGCInterval).
+	GCInterval time.Duration
 	// Home, if set, makes this daemon an executor of the home computerd at
 	// that URL, acting for the tenant of HomeToken (see docs/SYNC.md).
 	Home, HomeToken string
@@ -66,6 +72,7 @@ type Daemon struct {
 	Metrics *metrics.Metrics
 	Runner  *runner.Runner // nil with NoExec
 	mounts  *mounts
+	retain  *retention // nil without GCInterval
 
 	cfg      Config
 	api      *http.Server
@@ -122,6 +129,11 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 			d.closeStore()
 			return nil, err
 		}
+	}
+	if cfg.GCInterval > 0 {
+		// After recovery, so that drafts left by a crash are delivered first.
+		d.retain = newRetention(d.Store, cfg.Retention, cfg.GCInterval, d.Metrics, cfg.Log)
+		d.retain.Open(ctx)
 	}
 	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner, Mounts: d.mounts}
 	if remote != nil {
@@ -239,5 +251,6 @@ func (d *Daemon) Close() error {
 }
 
 func (d *Daemon) closeStore() error {
+	d.retain.Close()
 	return d.Store.Close()
 }
