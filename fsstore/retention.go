@@ -294,14 +294,15 @@ func (s *Store) collectLayer(ctx context.Context, ws int64) error {
 	return nil
 }
 
-// GC deletes chunks that no row references, except those written by Put
-// whose lease has not run out, and returns their space to the file system.
+// GC deletes chunks that no row references, except those leased (written
+// by an Uploader still open, or by Put within Store.LeaseTime and not yet
+// committed), and returns their space to the file system.
 func (s *Store) GC(ctx context.Context) (PruneStats, error) {
 	var st PruneStats
 	err := s.write(ctx, func() error {
 		now := time.Now()
-		for id, exp := range s.leases {
-			if now.After(exp) {
+		for id, l := range s.leases {
+			if !l.held(now) {
 				delete(s.leases, id)
 			}
 		}

@@ -51,7 +51,9 @@ type Store struct {
 	// Readers is the size of the read connection pool (default 4).
 	Readers int
 	// LeaseTime is how long chunks written by Put stay safe from garbage
-	// collection before a commit references them (default 1h).
+	// collection before a commit references them (default 1h). Chunks an
+	// open Uploader wrote stay safe until it is closed, however long that
+	// takes (see lease).
 	LeaseTime time.Duration
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
@@ -85,7 +87,7 @@ type Store struct {
 	lock      *dirLock      // nil when Shared
 
 	wmu    sync.Mutex          // the single writer
-	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
+	leases map[int64]lease // chunk id -> what keeps it from GC, guarded by wmu
 	closed bool                // guarded by wmu
 	shut   atomic.Bool         // closed, for readers (which do not take wmu)
 
@@ -136,7 +138,7 @@ func (s *Store) open(ctx context.Context) error {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
-	s.leases = map[int64]time.Time{}
+	s.leases = map[int64]lease{}
 	s.wsCache = map[int64]*wsInfo{}
 	dbPath := filepath.Join(s.Dir, "store.db")
 	sync := "NORMAL"
