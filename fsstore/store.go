@@ -86,10 +86,10 @@ type Store struct {
 	ahead     chan struct{} // held by the ReadTree reading ahead
 	lock      *dirLock      // nil when Shared
 
-	wmu    sync.Mutex          // the single writer
+	wmu    sync.Mutex      // the single writer
 	leases map[int64]lease // chunk id -> what keeps it from GC, guarded by wmu
-	closed bool                // guarded by wmu
-	shut   atomic.Bool         // closed, for readers (which do not take wmu)
+	closed bool            // guarded by wmu
+	shut   atomic.Bool     // closed, for readers (which do not take wmu)
 
 	wsmu    sync.Mutex
 	wsCache map[int64]*wsInfo // immutable parts of workspaces
