@@ -448,6 +448,7 @@ func importStore(ctx context.Context, s *fsstore.Store, ws int64, src string, tr
 	var t importTimes
 	t0 := time.Now()
 	up := s.NewUploader()
+	defer up.Close()
 	b := &core.Batch{Ops: make([]core.Op, 0, tree.Files+tree.Dirs+tree.Symlinks)}
 	err := walkSrc(ctx, src, func(rel, full string, fi fs.FileInfo) error {
 		switch {

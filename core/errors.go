@@ -34,6 +34,9 @@ var (
 	ErrMissingChunk = errors.New("missing chunk")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store closed")
+	// ErrLocked: another store (a running computerd serve, or an offline
+	// computerd store command) holds the data directory's lock.
+	ErrLocked = errors.New("data directory in use")
 	// ErrBadToken: a bearer token is unknown or revoked.
 	ErrBadToken = errors.New("invalid or revoked token")
 )

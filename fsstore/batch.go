@@ -34,6 +34,9 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 	if len(ops) == 0 {
 		return core.Revision{}, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
+	if s.Shared {
+		return core.Revision{}, errShared
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {

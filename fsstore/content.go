@@ -17,8 +17,9 @@ const uploadBatch = 8 << 20
 
 // Uploader writes file contents into the store as chunks ahead of the commit
 // that will reference them, in short transactions, so a slow stream never
-// holds the writer lock. Chunks it writes are leased against GC for
-// Store.LeaseTime. All-zero chunks become holes and are not stored.
+// holds the writer lock. Chunks it writes are leased against GC until
+// Close, which its user calls once the commit naming them is done (or
+// abandoned). All-zero chunks become holes and are not stored.
 //
 // Each batch of uploadBatch bytes is written in the background while Put
 // goes on reading and hashing the next one: at most one batch is in flight,
@@ -35,7 +36,24 @@ type Uploader struct {
 	spare  []byte              // a full-size arena whose batch is written, for reuse
 	flight *upload             // the batch being written, if any
 	known  map[core.Hash]int64 // row ids of the chunks PutChunk stored
+	held   map[int64]struct{}  // chunks this Uploader holds a lease on, guarded by Store.wmu
+	closed bool
 }
+
+// lease is what keeps a chunk that no committed row names yet from GC:
+// holds by open Uploaders, and a timed lease (Store.LeaseTime, renewed by
+// each write of the chunk) that the first commit naming the chunk ends.
+// The holds make an upload safe for as long as it takes; the timed lease
+// covers Store.Put, whose caller commits on its own, and ends once a
+// commit references the chunk so that GC can reclaim it as soon as that
+// commit's revision is pruned.
+type lease struct {
+	holders int
+	until   time.Time
+}
+
+// held reports whether the lease still keeps its chunk at now.
+func (l lease) held(now time.Time) bool { return l.holders > 0 || now.Before(l.until) }
 
 type pendingChunk struct {
 	hash core.Hash
@@ -75,8 +93,14 @@ func (u *Uploader) room() []byte {
 	return u.arena[len(u.arena) : len(u.arena)+cs]
 }
 
+// errUploaderClosed is what an Uploader answers after Close.
+var errUploaderClosed = errors.New("fsstore: uploader closed")
+
 // Put reads r to its end and returns its content as chunk references.
 func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
+	if u.closed {
+		return nil, errUploaderClosed
+	}
 	c := &core.Content{Chunks: []core.ChunkRef{}}
 	for idx := int64(0); ; idx++ {
 		buf := u.room()
@@ -110,6 +134,9 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) 
 // hashed again. Its bytes are copied; an all-zero chunk is a hole and is
 // not stored.
 func (u *Uploader) PutChunk(ctx context.Context, h core.Hash, data []byte) error {
+	if u.closed {
+		return errUploaderClosed
+	}
 	if len(data) > int(u.s.chunkSize) {
 		return fmt.Errorf("chunk of %d bytes over the store's chunk size %d: %w", len(data), u.s.chunkSize, core.ErrInvalidArgument)
 	}
@@ -138,7 +165,7 @@ func (u *Uploader) start(ctx context.Context) error {
 	s := u.s
 	go func() { // joined by the next wait
 		defer close(f.done)
-		f.ids, f.err = s.writeChunks(ctx, f.chunks)
+		f.ids, f.err = s.writeChunks(ctx, f.chunks, u)
 	}()
 	return nil
 }
@@ -201,13 +228,16 @@ func (u *Uploader) Identify(cs *core.Changeset) {
 
 // Flush writes the buffered chunks.
 func (u *Uploader) Flush(ctx context.Context) error {
+	if u.closed {
+		return errUploaderClosed
+	}
 	if err := u.wait(); err != nil {
 		return err
 	}
 	if len(u.pending) == 0 {
 		return nil
 	}
-	ids, err := u.s.writeChunks(ctx, u.pending)
+	ids, err := u.s.writeChunks(ctx, u.pending, u)
 	if err != nil {
 		return err
 	}
@@ -217,9 +247,12 @@ func (u *Uploader) Flush(ctx context.Context) error {
 	return nil
 }
 
-// writeChunks stores chunks in one transaction, leases them, and returns
-// their row ids.
-func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64, error) {
+// writeChunks stores chunks in one transaction, leases them (with a hold
+// of holder's, if not nil), and returns their row ids.
+func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk, holder *Uploader) ([]int64, error) {
+	if s.Shared {
+		return nil, errShared
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
@@ -245,15 +278,60 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk) ([]int64
 	}
 	exp := time.Now().Add(s.LeaseTime)
 	for _, id := range ids {
-		s.leases[id] = exp
+		l := s.leases[id]
+		l.until = exp
+		if holder != nil {
+			if holder.held == nil {
+				holder.held = map[int64]struct{}{}
+			}
+			if _, ok := holder.held[id]; !ok {
+				holder.held[id] = struct{}{}
+				l.holders++
+			}
+		}
+		s.leases[id] = l
 	}
 	return ids, nil
 }
 
+// Close waits for the batch in flight and ends this Uploader's holds on
+// the chunks it wrote: call it once the commit naming them has returned,
+// or when giving up on it. Until Close those chunks stay safe from GC
+// however long the commit is in coming (a slow attach, a push that waits);
+// after it, only the rows of a commit keep them. An Uploader must not be
+// used after Close.
+func (u *Uploader) Close() error {
+	if u.closed {
+		return nil
+	}
+	u.closed = true
+	err := u.wait()
+	s := u.s
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for id := range u.held {
+		l, ok := s.leases[id]
+		if !ok {
+			continue
+		}
+		if l.holders--; l.holders <= 0 && l.until.IsZero() {
+			delete(s.leases, id)
+		} else {
+			s.leases[id] = l
+		}
+	}
+	u.held = nil
+	return err
+}
+
 // Put stores r's bytes as chunks and returns the content to name in a
-// create or write op.
+// create or write op. Its chunks are safe from GC for Store.LeaseTime, or
+// until the first commit that names them: a caller whose commit may come
+// later, or whose content other writers may share and commit first, holds
+// an Uploader across its commit instead.
 func (s *Store) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
 	u := s.NewUploader()
+	defer u.Close()
 	c, err := u.Put(ctx, r)
 	if err != nil {
 		return nil, err

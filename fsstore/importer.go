@@ -102,8 +102,10 @@ func (im *Import) Symlink(ctx context.Context, p, target string, mtime time.Time
 	im.tick(0)
 }
 
-// Commit writes the remaining chunks and commits everything as one revision.
+// Commit writes the remaining chunks and commits everything as one
+// revision; then the chunks' leases end (see Close).
 func (im *Import) Commit(ctx context.Context, info CommitInfo) (core.Revision, error) {
+	defer im.Close()
 	if err := im.up.Flush(ctx); err != nil {
 		return core.Revision{}, err
 	}
@@ -122,6 +124,11 @@ func (im *Import) Commit(ctx context.Context, info CommitInfo) (core.Revision, e
 	return im.s.Commit(ctx, im.ws, &core.Batch{Ops: ops}, info)
 }
 
+// Close abandons an import that was not committed: the chunks it wrote
+// lose their leases, so GC may take them. The chunks of an import are safe
+// from GC until Commit or Close, however long the import takes.
+func (im *Import) Close() error { return im.up.Close() }
+
 // ImportDir imports the local directory dir (without following symlinks)
 // into ws as one revision.
 func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace bool, info CommitInfo, progress func(int, int64)) (core.Revision, error) {
@@ -129,6 +136,7 @@ func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace boo
 	if err != nil {
 		return core.Revision{}, err
 	}
+	defer im.Close()
 	im.Progress = progress
 	err = filepath.WalkDir(dir, func(full string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -75,6 +75,9 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 			return core.Revision{}, err
 		}
 	}
+	if s.Shared {
+		return core.Revision{}, errShared
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {

@@ -2,19 +2,89 @@ package fsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"computerd/core"
 )
 
-// Policy says which revisions Prune keeps. The head is always kept, and so is
-// any revision a fork was made from (its rows, at least).
+// Policy says which revisions Prune keeps: a revision goes only if no rule
+// keeps it. The head is always kept, and so is any revision a fork was made
+// from (its rows, at least). The zero Policy keeps everything.
 type Policy struct {
-	KeepLast  int       // keep the newest KeepLast revisions (0: no count rule)
-	KeepSince time.Time // keep revisions made at or after this time (zero: no time rule)
+	KeepLast  int           // keep the newest KeepLast revisions (0: no count rule)
+	KeepSince time.Time     // keep revisions made at or after this time (zero: no time rule)
+	KeepFor   time.Duration // keep revisions younger than this when Prune runs, by Store.Now (0: no age rule)
+}
+
+// DefaultPolicy is computerd serve's retention: every revision of the last
+// seven days, and the last 100 of each workspace however old, so that a
+// workspace left alone for a while keeps its recent history.
+var DefaultPolicy = Policy{KeepLast: 100, KeepFor: 7 * 24 * time.Hour}
+
+// ParsePolicy reads a policy as String writes it: "all" (keep everything,
+// the zero Policy), or comma-separated rules "for=AGE" (a Go duration or a
+// number of days such as 7d) and "last=N", e.g. "for=7d,last=100".
+func ParsePolicy(text string) (Policy, error) {
+	var p Policy
+	text = strings.TrimSpace(text)
+	if text == "all" {
+		return p, nil
+	}
+	for _, rule := range strings.Split(text, ",") {
+		key, val, ok := strings.Cut(strings.TrimSpace(rule), "=")
+		switch {
+		case ok && key == "last":
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return Policy{}, fmt.Errorf("retention %q: last=%s: want a count above 0: %w", text, val, core.ErrInvalidArgument)
+			}
+			p.KeepLast = n
+		case ok && key == "for":
+			var d time.Duration
+			var err error
+			if days, found := strings.CutSuffix(val, "d"); found {
+				var n int
+				if n, err = strconv.Atoi(days); err == nil {
+					d = time.Duration(n) * 24 * time.Hour
+				}
+			} else {
+				d, err = time.ParseDuration(val)
+			}
+			if err != nil || d <= 0 {
+				return Policy{}, fmt.Errorf("retention %q: for=%s: want an age above 0 such as 7d or 36h: %w", text, val, core.ErrInvalidArgument)
+			}
+			p.KeepFor = d
+		default:
+			return Policy{}, fmt.Errorf("retention %q: want \"all\" or rules for=AGE,last=N: %w", text, core.ErrInvalidArgument)
+		}
+	}
+	return p, nil
+}
+
+// String writes p as ParsePolicy reads it (KeepSince, an instant, is left
+// out).
+func (p Policy) String() string {
+	var rules []string
+	if p.KeepFor > 0 {
+		if p.KeepFor%(24*time.Hour) == 0 {
+			rules = append(rules, fmt.Sprintf("for=%dd", p.KeepFor/(24*time.Hour)))
+		} else {
+			rules = append(rules, "for="+p.KeepFor.String())
+		}
+	}
+	if p.KeepLast > 0 {
+		rules = append(rules, fmt.Sprintf("last=%d", p.KeepLast))
+	}
+	if len(rules) == 0 {
+		return "all"
+	}
+	return strings.Join(rules, ",")
 }
 
 // PruneStats reports what Prune and GC removed.
@@ -33,6 +103,11 @@ func (s *Store) Prune(ctx context.Context, ws int64, p Policy) (PruneStats, erro
 		w, err := s.liveWorkspace(ctx, s.wconn, ws)
 		if err != nil {
 			return err
+		}
+		if p.KeepFor > 0 {
+			if since := s.Now().Add(-p.KeepFor); p.KeepSince.IsZero() || since.Before(p.KeepSince) {
+				p.KeepSince = since
+			}
 		}
 		if p.KeepLast <= 0 && p.KeepSince.IsZero() {
 			return nil // no rule: keep everything
@@ -58,10 +133,48 @@ func (s *Store) Prune(ctx context.Context, ws int64, p Policy) (PruneStats, erro
 	return st, err
 }
 
+// Retain prunes every workspace by p and then collects the chunks no row
+// references (GC): the pass computerd serve runs on its retention policy,
+// and computerd store gc once. Drafts are left alone: an exec's or mount's
+// draft is read from its first revision on when its changes are delivered,
+// and goes as a whole once they are. A workspace deleted meanwhile is
+// skipped.
+func (s *Store) Retain(ctx context.Context, p Policy) (PruneStats, error) {
+	var total PruneStats
+	if p != (Policy{}) {
+		wss, err := s.Workspaces(ctx, "")
+		if err != nil {
+			return total, err
+		}
+		for _, w := range wss {
+			if strings.HasPrefix(w.Tenant, draftTenantPrefix) {
+				continue
+			}
+			st, err := s.Prune(ctx, w.ID, p)
+			if errors.Is(err, core.ErrWorkspaceNotFound) {
+				continue
+			} else if err != nil {
+				return total, fmt.Errorf("prune %s/%s: %w", w.Tenant, w.Name, err)
+			}
+			total.Revisions += st.Revisions
+			total.Rows += st.Rows
+		}
+	}
+	st, err := s.GC(ctx)
+	if err != nil {
+		return total, err
+	}
+	total.Chunks, total.ChunkBytes = st.Chunks, st.ChunkBytes
+	return total, nil
+}
+
 // collect runs fn, a write transaction that may delete tree rows, with
 // Store.pruned odd while it runs and moved on once it is over, so that
 // snapshots can tell when rows may have gone under them (Snapshot.settle).
 func (s *Store) collect(ctx context.Context, fn func() error) error {
+	if s.Shared {
+		return errShared
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
@@ -181,14 +294,15 @@ func (s *Store) collectLayer(ctx context.Context, ws int64) error {
 	return nil
 }
 
-// GC deletes chunks that no row references, except those written by Put
-// whose lease has not run out, and returns their space to the file system.
+// GC deletes chunks that no row references, except those leased (written
+// by an Uploader still open, or by Put within Store.LeaseTime and not yet
+// committed), and returns their space to the file system.
 func (s *Store) GC(ctx context.Context) (PruneStats, error) {
 	var st PruneStats
 	err := s.write(ctx, func() error {
 		now := time.Now()
-		for id, exp := range s.leases {
-			if now.After(exp) {
+		for id, l := range s.leases {
+			if !l.held(now) {
 				delete(s.leases, id)
 			}
 		}

@@ -51,10 +51,24 @@ type Store struct {
 	// Readers is the size of the read connection pool (default 4).
 	Readers int
 	// LeaseTime is how long chunks written by Put stay safe from garbage
-	// collection before a commit references them (default 1h).
+	// collection before a commit references them (default 1h). Chunks an
+	// open Uploader wrote stay safe until it is closed, however long that
+	// takes (see lease).
 	LeaseTime time.Duration
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// Owner names the holder of the data directory's lock in the refusal
+	// that a second Store gets, such as "computerd serve" (default: the
+	// program's name and first argument).
+	Owner string
+	// Shared opens the data directory without taking its lock, beside the
+	// Store that may hold it (a running computerd serve): for the offline
+	// commands that only read, and for bearer tokens, which no Store keeps
+	// in memory. A shared store refuses every other write (trees, chunks,
+	// Prune, GC), since the leases that keep GC off chunks not yet
+	// committed live in the holder's memory alone; nor does it checkpoint
+	// the WAL, which would stall the holder's writer.
+	Shared bool
 	// OnCommit, if set, is called after each Commit or Apply of a workspace
 	// (not CommitNodes, whose caller knows). It must not block.
 	OnCommit func(ws int64, rev core.Revision)
@@ -70,11 +84,12 @@ type Store struct {
 	adb       *sql.DB       // read-only connections of a ReadTree reading ahead
 	aq        *queries      // statements on adb
 	ahead     chan struct{} // held by the ReadTree reading ahead
+	lock      *dirLock      // nil when Shared
 
-	wmu    sync.Mutex          // the single writer
-	leases map[int64]time.Time // chunk id -> lease expiry, guarded by wmu
-	closed bool                // guarded by wmu
-	shut   atomic.Bool         // closed, for readers (which do not take wmu)
+	wmu    sync.Mutex      // the single writer
+	leases map[int64]lease // chunk id -> what keeps it from GC, guarded by wmu
+	closed bool            // guarded by wmu
+	shut   atomic.Bool     // closed, for readers (which do not take wmu)
 
 	wsmu    sync.Mutex
 	wsCache map[int64]*wsInfo // immutable parts of workspaces
@@ -88,9 +103,32 @@ type Store struct {
 // New returns a store for dir; call Open before use.
 func New(dir string) *Store { return &Store{Dir: dir} }
 
-// Open creates the data directory and database if needed, migrates the
-// schema and prepares the connections.
+// Open takes the data directory's lock (unless Shared), creates the
+// directory and database if needed, migrates the schema and prepares the
+// connections. A data directory another Store holds is refused with an
+// error wrapping core.ErrLocked that names the holder.
 func (s *Store) Open(ctx context.Context) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	if !s.Shared {
+		if s.Owner == "" {
+			s.Owner = defaultOwner()
+		}
+		var err error
+		if s.lock, err = lockDir(s.Dir, s.Owner); err != nil {
+			return err
+		}
+	}
+	if err := s.open(ctx); err != nil {
+		s.lock.unlock()
+		s.lock = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Store) open(ctx context.Context) error {
 	if s.Readers <= 0 {
 		s.Readers = 4
 	}
@@ -100,11 +138,8 @@ func (s *Store) Open(ctx context.Context) error {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
-	s.leases = map[int64]time.Time{}
+	s.leases = map[int64]lease{}
 	s.wsCache = map[int64]*wsInfo{}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
-	}
 	dbPath := filepath.Join(s.Dir, "store.db")
 	sync := "NORMAL"
 	if s.SyncFull {
@@ -176,7 +211,9 @@ func (s *Store) Open(ctx context.Context) error {
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
 	s.cdb.SetMaxOpenConns(1)
-	s.ckpt = startCheckpointer(s.cdb)
+	if !s.Shared {
+		s.ckpt = startCheckpointer(s.cdb)
+	}
 	return nil
 }
 
@@ -198,7 +235,8 @@ func initFile(ctx context.Context, dbPath string) error {
 	return nil
 }
 
-// Close waits for the writer to finish and closes the database.
+// Close waits for the writer to finish, closes the database and releases
+// the data directory's lock.
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -210,7 +248,8 @@ func (s *Store) Close() error {
 	if s.ckpt != nil {
 		s.ckpt.stop()
 	}
-	return s.closeDBs()
+	err := s.closeDBs()
+	return errors.Join(err, s.lock.unlock())
 }
 
 func (s *Store) closeDBs() error {
@@ -221,8 +260,10 @@ func (s *Store) closeDBs() error {
 		}
 	}
 	if s.wconn != nil {
-		// Fold the WAL back into the database so a clean stop leaves one file.
-		s.wconn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)")
+		if !s.Shared {
+			// Fold the WAL back into the database so a clean stop leaves one file.
+			s.wconn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)")
+		}
 		errs = append(errs, s.wconn.Close())
 	}
 	if s.wdb != nil {
@@ -328,6 +369,14 @@ func (s *Store) inTxSized(ctx context.Context, content int64, fn func() error) (
 
 // write runs fn as one write transaction under the writer lock.
 func (s *Store) write(ctx context.Context, fn func() error) error {
+	if s.Shared {
+		return errShared
+	}
+	return s.writeShared(ctx, fn)
+}
+
+// writeShared is write for what a shared store may write too (tokens).
+func (s *Store) writeShared(ctx context.Context, fn func() error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {

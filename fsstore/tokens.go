@@ -45,7 +45,7 @@ func (s *Store) CreateToken(ctx context.Context, tenant string) (string, Token, 
 	}
 	secret := TokenPrefix + hex.EncodeToString(raw[:])
 	tok := Token{ID: hex.EncodeToString(raw[:4]), Tenant: tenant, Created: s.Now()}
-	err := s.write(ctx, func() error {
+	err := s.writeShared(ctx, func() error {
 		_, err := s.wconn.ExecContext(ctx, `INSERT INTO tokens(hash, id, tenant, created_ns) VALUES (?, ?, ?, ?)`,
 			tokenHash(secret), tok.ID, tenant, tok.Created.UnixNano())
 		return wrapDB("create token", err)
@@ -94,7 +94,7 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 
 // RevokeToken disables the token with the given id; calls made with it fail from now on.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
-	return s.write(ctx, func() error {
+	return s.writeShared(ctx, func() error {
 		res, err := s.wconn.ExecContext(ctx, `UPDATE tokens SET revoked_ns = ? WHERE id = ? AND revoked_ns IS NULL`, s.Now().UnixNano(), id)
 		if err != nil {
 			return wrapDB("revoke token", err)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"syscall"
+	"time"
 
 	"computerd/core"
 )
@@ -219,11 +220,21 @@ func (t *wtx) finish(info CommitInfo) error {
 	return nil
 }
 
-// endLeases drops the GC leases of chunks that committed rows now reference;
-// the caller holds wmu.
+// endLeases ends the timed GC leases of chunks that committed rows now
+// reference (the Uploaders holding them keep their holds); the caller
+// holds wmu.
 func (t *wtx) endLeases() {
 	for _, id := range t.committed {
-		delete(t.s.leases, id)
+		l, ok := t.s.leases[id]
+		if !ok {
+			continue
+		}
+		if l.holders == 0 {
+			delete(t.s.leases, id)
+			continue
+		}
+		l.until = time.Time{}
+		t.s.leases[id] = l
 	}
 }
 

@@ -26,7 +26,8 @@ import (
 )
 
 // TestMain lets the test binary play a computerd process: with
-// COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits. With
+// COMPUTERD_TEST_SERVE=DIR it serves DIR on a random port and exits; with
+// COMPUTERD_TEST_RUN=ARGS (split by \x1f) it runs computerd with ARGS. With
 // AGENTCTL_TEST=1 it is agentctl, run with its arguments.
 func TestMain(m *testing.M) {
 	if os.Getenv("AGENTCTL_TEST") == "1" {
@@ -36,6 +37,13 @@ func TestMain(m *testing.M) {
 			agentcmd.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
 	}
 	sandbox.Init() // the test binary is also the containers' init
+	if run := os.Getenv("COMPUTERD_TEST_RUN"); run != "" {
+		if err := daemoncmd.Run(context.Background(), strings.Split(run, "\x1f"), os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "computerd:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv("COMPUTERD_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		args := []string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}

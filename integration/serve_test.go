@@ -21,6 +21,9 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--sandbox-warm", "-1"}, "--sandbox-warm -1: want 0 to 64"},
 		{[]string{"--sandbox-warm", "65"}, "--sandbox-warm 65: want 0 to 64"},
 		{[]string{"--sandbox-helper", "/nonexistent/computerd-sandbox"}, "--sandbox-helper /nonexistent/computerd-sandbox"},
+		{[]string{"--retention", "last=0"}, "--retention: retention \"last=0\""},
+		{[]string{"--retention", "forever"}, "want \"all\" or rules for=AGE,last=N"},
+		{[]string{"--gc-interval", "-1s"}, "--gc-interval -1s"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		args := append([]string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.flags...)

@@ -133,12 +133,16 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if err := dec.Header(&hdr); err != nil {
 		return st, err
 	}
-	cs, err := m.receiveChunks(ctx, dec, &st, nil)
+	// One Uploader for every chunk of the pull, held until the commit: its
+	// leases keep GC off them meanwhile.
+	up := m.Store.NewUploader()
+	defer up.Close()
+	cs, err := m.receiveChunks(ctx, up, dec, &st, nil)
 	if err != nil {
 		return st, err
 	}
 	if !hdr.Inline {
-		if err := m.fetchMissing(ctx, ws, hdr, cs, &st); err != nil {
+		if err := m.fetchMissing(ctx, up, ws, hdr, cs, &st); err != nil {
 			return st, err
 		}
 	}
@@ -173,8 +177,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 // receiveChunks stores the chunks of a stream and returns its changeset.
 // The row ids of the chunks stored are noted in the changeset named, or
 // else in the stream's own (see fsstore.Uploader.Identify).
-func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats, named *core.Changeset) (*core.Changeset, error) {
-	up := m.Store.NewUploader()
+func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *Decoder, st *PullStats, named *core.Changeset) (*core.Changeset, error) {
 	for {
 		hash, data, cs, err := dec.Next()
 		if err != nil {
@@ -202,7 +205,7 @@ func (m *Mirror) receiveChunks(ctx context.Context, dec *Decoder, st *PullStats,
 }
 
 // fetchMissing asks the home for the chunks cs names that the store lacks.
-func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs *core.Changeset, st *PullStats) error {
+func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws string, hdr PullHeader, cs *core.Changeset, st *PullStats) error {
 	var hashes []core.Hash
 	seen := map[core.Hash]bool{}
 	contentRefs(cs, func(_ string, ref core.ChunkRef) error {
@@ -212,7 +215,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 		}
 		return nil
 	})
-	have, err := m.Store.HasChunks(ctx, hashes)
+	have, err := up.HasChunks(ctx, hashes) // and holds them until the commit
 	if err != nil {
 		return err
 	}
@@ -236,7 +239,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, ws string, hdr PullHeader, cs
 	if err := dec.Header(&fh); err != nil {
 		return err
 	}
-	_, err = m.receiveChunks(ctx, dec, st, cs)
+	_, err = m.receiveChunks(ctx, up, dec, st, cs)
 	return err
 }
 

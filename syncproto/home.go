@@ -343,6 +343,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 		return PushResult{}, fmt.Errorf("%w: push source %q", ErrMalformed, hdr.Source)
 	}
 	up := h.Store.NewUploader()
+	defer up.Close() // the pushed chunks stay safe from GC until the push is applied
 	var nchunks int
 	var nbytes int64
 	var cs *core.Changeset

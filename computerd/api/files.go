@@ -127,7 +127,15 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	content, err := s.Store.Put(r.Context(), http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload))
+	// An Uploader held across the commit keeps GC off the new chunks until
+	// it lands, even when another writer commits (and prunes) the same
+	// content first.
+	up := s.Store.NewUploader()
+	defer up.Close()
+	content, err := up.Put(r.Context(), http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload))
+	if err == nil {
+		err = up.Flush(r.Context())
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

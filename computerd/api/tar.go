@@ -111,6 +111,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	defer im.Close() // its chunks stay safe from GC until the commit
 	now := s.Store.Now()
 	dirs := map[string]bool{"": true}
 	// ensureDirs adds the missing parents of p, shallowest first.

@@ -55,18 +55,37 @@ var (
 )
 
 // openStore opens the store named by --data for one command.
-func openStore(c *cli.Context) (*fsstore.Store, error) {
+func openStore(c *cli.Context, shared bool) (*fsstore.Store, error) {
 	s := fsstore.New(c.String("data"))
+	s.Shared = shared
+	s.Owner = "computerd " + c.Command.FullName()
 	if err := s.Open(c.Context); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// withStore runs fn with the store open, closing it afterwards.
+// withStore runs fn with the store open, closing it afterwards. The store
+// takes the data directory's lock, so a command that writes is refused
+// while computerd serve (or another such command) holds it.
 func withStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		s, err := openStore(c)
+		s, err := openStore(c, false)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return fn(c, s)
+	}
+}
+
+// withSharedStore is withStore for commands that only read, or write only
+// tokens: their store opens beside a running computerd serve (see
+// fsstore.Store.Shared), reading through SQLite transactions that see
+// whole commits.
+func withSharedStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		s, err := openStore(c, true)
 		if err != nil {
 			return err
 		}

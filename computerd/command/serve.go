@@ -32,6 +32,8 @@ func serveCommand() *cli.Command {
 			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: 8 << 20},
 			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: 8 << 30},
 			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls may finish after SIGINT/SIGTERM", Value: 30 * time.Second},
+			&cli.StringFlag{Name: "retention", Usage: "which revisions to keep: for=AGE (e.g. 7d, 36h) and/or last=N per workspace, comma-separated, a revision going only when no rule keeps it; all: keep every revision", Value: fsstore.DefaultPolicy.String()},
+			&cli.DurationFlag{Name: "gc-interval", Usage: "how often to prune by --retention and reclaim the space of unreferenced chunks (0: never)", Value: daemon.DefaultGCInterval},
 			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log warnings and errors only"},
 			&cli.StringFlag{Name: "home", Usage: "run as an executor of the home computerd at this URL", EnvVars: []string{"COMPUTERD_HOME"}},
@@ -59,6 +61,13 @@ func serve(c *cli.Context) error {
 	if w := c.Int("sandbox-warm"); w < 0 || w > maxSandboxWarm {
 		return fmt.Errorf("--sandbox-warm %d: want 0 to %d", w, maxSandboxWarm)
 	}
+	retention, err := fsstore.ParsePolicy(c.String("retention"))
+	if err != nil {
+		return fmt.Errorf("--retention: %w", err)
+	}
+	if c.Duration("gc-interval") < 0 {
+		return fmt.Errorf("--gc-interval %s: want 0 (never) or more", c.Duration("gc-interval"))
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
 		DataDir:       c.String("data"),
 		Listen:        c.String("listen"),
@@ -71,6 +80,8 @@ func serve(c *cli.Context) error {
 		ExecTimeout:   c.Duration("exec-timeout"),
 		SandboxHelper: helper,
 		SandboxWarm:   c.Int("sandbox-warm"),
+		Retention:     retention,
+		GCInterval:    c.Duration("gc-interval"),
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),
@@ -109,7 +120,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					if c.NArg() != 1 {
 						return fmt.Errorf("usage: computerd token create TENANT")
 					}
@@ -124,7 +135,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "ls", Usage: "list tokens (ids and tenants; secrets are not stored)",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					toks, err := s.Tokens(c.Context)
 					if err != nil {
 						return err
@@ -143,7 +154,7 @@ func tokenCommand() *cli.Command {
 			{
 				Name: "revoke", Usage: "revoke the token with ID", ArgsUsage: "ID",
 				Flags: []cli.Flag{dataFlag},
-				Action: withStore(func(c *cli.Context, s *fsstore.Store) error {
+				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					return s.RevokeToken(c.Context, c.Args().First())
 				}),
 			},

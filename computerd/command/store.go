@@ -14,6 +14,10 @@ import (
 )
 
 // storeCommand groups offline tools that work on a data directory directly.
+// Those that write (import, gc) and fsck, whose walk across many
+// snapshots would report rows that a running daemon's retention removes
+// under it, take the data directory's lock and so refuse while computerd
+// serve runs; ls, log, diff and cat read beside it (withSharedStore).
 func storeCommand() *cli.Command {
 	flags := []cli.Flag{dataFlag, tenantFlag, jsonFlag}
 	return &cli.Command{
@@ -26,14 +30,14 @@ func storeCommand() *cli.Command {
 				Flags:     append(flags, &cli.BoolFlag{Name: "replace", Usage: "make the workspace hold exactly DIR"}),
 				Action:    withStore(storeImport),
 			},
-			{Name: "ls", Usage: "list workspaces", Flags: flags, Action: withStore(storeList)},
-			{Name: "log", Usage: "list a workspace's revisions", ArgsUsage: "WS", Flags: flags, Action: withStore(storeLog)},
+			{Name: "ls", Usage: "list workspaces", Flags: flags, Action: withSharedStore(storeList)},
+			{Name: "log", Usage: "list a workspace's revisions", ArgsUsage: "WS", Flags: flags, Action: withSharedStore(storeLog)},
 			{
 				Name: "diff", Usage: "show what changed between two revisions", ArgsUsage: "WS R1 R2",
 				Flags:  append(flags, &cli.BoolFlag{Name: "stat", Usage: "summary per file"}),
-				Action: withStore(storeDiff),
+				Action: withSharedStore(storeDiff),
 			},
-			{Name: "cat", Usage: "print a file", ArgsUsage: "WS PATH", Flags: append(flags, revFlag), Action: withStore(storeCat)},
+			{Name: "cat", Usage: "print a file", ArgsUsage: "WS PATH", Flags: append(flags, revFlag), Action: withSharedStore(storeCat)},
 			{
 				Name: "fsck", Usage: "check the database and every workspace tree", Flags: append(flags,
 					&cli.BoolFlag{Name: "all", Usage: "check every retained revision, not only heads"},
@@ -170,30 +174,11 @@ func storeFsck(c *cli.Context, s *fsstore.Store) error {
 }
 
 func storeGC(c *cli.Context, s *fsstore.Store) error {
-	var total fsstore.PruneStats
-	if c.Int("keep") > 0 || c.Duration("keep-for") > 0 {
-		wss, err := s.Workspaces(c.Context, "")
-		if err != nil {
-			return err
-		}
-		policy := fsstore.Policy{KeepLast: c.Int("keep")}
-		if d := c.Duration("keep-for"); d > 0 {
-			policy.KeepSince = time.Now().Add(-d)
-		}
-		for _, w := range wss {
-			st, err := s.Prune(c.Context, w.ID, policy)
-			if err != nil {
-				return err
-			}
-			total.Revisions += st.Revisions
-			total.Rows += st.Rows
-		}
-	}
-	st, err := s.GC(c.Context)
+	policy := fsstore.Policy{KeepLast: c.Int("keep"), KeepFor: c.Duration("keep-for")}
+	total, err := s.Retain(c.Context, policy)
 	if err != nil {
 		return err
 	}
-	total.Chunks, total.ChunkBytes = st.Chunks, st.ChunkBytes
 	return output(c, total, func(w io.Writer) {
 		fmt.Fprintf(w, "pruned %d revisions (%d rows); freed %d chunks (%d bytes)\n", total.Revisions, total.Rows, total.Chunks, total.ChunkBytes)
 	})

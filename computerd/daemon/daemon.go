@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"computerd/computerd/api"
@@ -50,6 +49,12 @@ type Config struct {
 	SandboxWarm int
 	// ExecTimeout is the default exec timeout (0: the runner's default).
 	ExecTimeout time.Duration
+	// Retention is the policy by which the daemon prunes old revisions
+	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
+	Retention fsstore.Policy
+	// GCInterval is how often it prunes by Retention and then collects the
+	// chunks nothing needs (0: never; serve's default DefaultGCInterval).
+	GCInterval time.Duration
 	// Home, if set, makes this daemon an executor of the home computerd at
 	// that URL, acting for the tenant of HomeToken (see docs/SYNC.md).
 	Home, HomeToken string
@@ -67,9 +72,9 @@ type Daemon struct {
 	Metrics *metrics.Metrics
 	Runner  *runner.Runner // nil with NoExec
 	mounts  *mounts
+	retain  *retention // nil without GCInterval
 
 	cfg      Config
-	lock     *os.File
 	api      *http.Server
 	apiLn    net.Listener
 	metrics  *http.Server
@@ -77,8 +82,8 @@ type Daemon struct {
 	served   chan error
 }
 
-// Start opens the store (recovering from any crash), takes the data
-// directory's lock, and starts serving.
+// Start opens the store (which takes the data directory's lock, and
+// recovers from any crash) and starts serving.
 func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
@@ -97,20 +102,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	d := &Daemon{cfg: cfg, Metrics: metrics.New(), served: make(chan error, 2)}
-	if d.lock, err = lockDir(cfg.DataDir); err != nil {
-		return nil, err
-	}
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
+	d.Store.Owner = "computerd serve"
 	var remote *executor
 	if cfg.Home != "" {
 		if remote, err = newExecutor(ctx, cfg, d.Store); err != nil {
-			d.lock.Close()
 			return nil, err
 		}
 	}
 	if err := d.Store.Open(ctx); err != nil {
-		d.lock.Close()
 		return nil, err
 	}
 	if remote != nil {
@@ -128,6 +129,11 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 			d.closeStore()
 			return nil, err
 		}
+	}
+	if cfg.GCInterval > 0 {
+		// After recovery, so that drafts left by a crash are delivered first.
+		d.retain = newRetention(d.Store, cfg.Retention, cfg.GCInterval, d.Metrics, cfg.Log)
+		d.retain.Open(ctx)
 	}
 	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner, Mounts: d.mounts}
 	if remote != nil {
@@ -200,19 +206,6 @@ func serve(s *http.Server, ln net.Listener) error {
 	return nil
 }
 
-// lockDir takes an exclusive lock on DIR/lock so two daemons never share a store.
-func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock data dir: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("data dir %s is in use by another computerd: %w", dir, err)
-	}
-	return f, nil
-}
-
 // URL is the API's base URL.
 func (d *Daemon) URL() string { return "http://" + d.apiLn.Addr().String() }
 
@@ -258,7 +251,6 @@ func (d *Daemon) Close() error {
 }
 
 func (d *Daemon) closeStore() error {
-	err := d.Store.Close()
-	d.lock.Close()
-	return err
+	d.retain.Close()
+	return d.Store.Close()
 }

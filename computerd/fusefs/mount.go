@@ -470,7 +470,11 @@ func (m *Mount) flush(ctx context.Context) (core.Revision, bool, []notice, error
 		m.mu.Unlock()
 		return core.Revision{}, false, nil, nil
 	}
-	ops, err := m.pendingOps(ctx)
+	ops, up, err := m.pendingOps(ctx)
+	if up != nil {
+		// Its chunks stay safe from GC until the commit below is done.
+		defer up.Close()
+	}
 	if err != nil {
 		m.mu.Unlock()
 		return core.Revision{}, false, nil, err
@@ -546,8 +550,10 @@ func (m *Mount) trivial() bool {
 }
 
 // pendingOps turns the mount's changes into NodeOps: the namespace log,
-// then contents and attributes of every changed inode still linked.
-func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
+// then contents and attributes of every changed inode still linked. The
+// Uploader returned holds the new chunks' leases: close it once the
+// commit of the ops is done.
+func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, *fsstore.Uploader, error) {
 	ops := append([]fsstore.NodeOp(nil), m.log...)
 	inos := make([]uint64, 0, len(m.touched))
 	for ino := range m.touched {
@@ -580,7 +586,7 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
 					}
 					c, err := up.Put(ctx, newSlotReader(m.spool, n.chunks[idx], k))
 					if err != nil {
-						return nil, err
+						return nil, up, err
 					}
 					if len(c.Chunks) == 0 {
 						holes = append(holes, idx) // all zeros
@@ -608,9 +614,9 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, error) {
 		}
 	}
 	if err := up.Flush(ctx); err != nil {
-		return nil, err
+		return nil, up, err
 	}
-	return ops, nil
+	return ops, up, nil
 }
 
 // settle makes the committed state the new base: pending changes are

@@ -44,6 +44,15 @@ type Metrics struct {
 	ExecDuration   prometheus.Histogram
 	ExecsRunning   prometheus.Gauge
 	ExecContainers *prometheus.CounterVec
+
+	// Retention (serve's --retention): passes by outcome (ok, error), the
+	// revisions they pruned, the chunks they deleted and those chunks'
+	// content bytes, and how long a pass took.
+	GCRuns      *prometheus.CounterVec
+	GCRevisions prometheus.Counter
+	GCChunks    prometheus.Counter
+	GCBytes     prometheus.Counter
+	GCDuration  prometheus.Histogram
 }
 
 // New makes the collectors and registers them, with Go and process collectors,
@@ -98,6 +107,23 @@ func New() *Metrics {
 	m.ExecContainers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computerd_exec_containers_total", Help: "Containers execs ran in, by kind: warm (made ahead of time) or new (made for the exec).",
 	}, []string{"kind"})
+	m.GCRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_gc_runs_total", Help: "Retention passes (prune, then GC), by outcome (ok, error).",
+	}, []string{"outcome"})
+	m.GCRevisions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "computerd_gc_revisions_pruned_total", Help: "Revisions the retention policy pruned.",
+	})
+	m.GCChunks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "computerd_gc_chunks_collected_total", Help: "Chunks GC deleted, referenced by no retained revision and held by no upload.",
+	})
+	m.GCBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "computerd_gc_bytes_reclaimed_total", Help: "Content bytes of the chunks GC deleted.",
+	})
+	m.GCDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "computerd_gc_duration_seconds", Help: "Duration of a retention pass (prune, GC, vacuum).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+	})
+	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
 	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
