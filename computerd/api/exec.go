@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -79,22 +77,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string)
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	flusher, _ := w.(http.Flusher)
+	out := startLines(w)
 	err = run.Follow(r.Context(), id, func(ev runner.Event) error {
-		if err := enc.Encode(ev); err != nil {
+		if err := out.add(ev); err != nil {
 			return err
 		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return nil
+		return out.flush()
 	})
 	if err != nil && r.Context().Err() != nil {
 		return nil // the client left; the exec goes on

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -133,11 +131,7 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	follow := boolParam(r, "follow")
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	flusher, _ := w.(http.Flusher)
+	out := startLines(w)
 	// sent: the steps already sent in their final state; open: the one
 	// sent as begun, to be sent again when it ends.
 	sent, open := int(after), 0
@@ -149,23 +143,20 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		for _, st := range steps {
 			if st.State != core.StepDone {
 				if st.Seq != open {
-					if err := enc.Encode(st); err != nil {
+					if err := out.add(st); err != nil {
 						return nil
 					}
 					open = st.Seq
 				}
 				break // later steps wait until this one ends
 			}
-			if err := enc.Encode(st); err != nil {
+			if err := out.add(st); err != nil {
 				return nil
 			}
 			sent = st.Seq
 		}
-		if err := bw.Flush(); err != nil {
-			return nil
-		}
-		if flusher != nil {
-			flusher.Flush()
+		if err := out.flush(); err != nil {
+			return nil // the client left
 		}
 		if !follow {
 			return nil

@@ -4,6 +4,7 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -334,3 +335,35 @@ func (s *Server) answerRevision(w http.ResponseWriter, status int, rev core.Revi
 
 // drain discards the rest of a body so a keep-alive connection stays usable.
 func drain(r io.Reader) { io.Copy(io.Discard, io.LimitReader(r, 1<<20)) }
+
+// lines writes an answer of JSON lines (NDJSON) that the client reads as
+// it comes: each flush reaches the client at once.
+type lines struct {
+	bw      *bufio.Writer
+	enc     *json.Encoder
+	flusher http.Flusher
+}
+
+// startLines answers 200 with an NDJSON body.
+func startLines(w http.ResponseWriter) *lines {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	l := &lines{bw: bw, enc: json.NewEncoder(bw)}
+	l.flusher, _ = w.(http.Flusher)
+	return l
+}
+
+// add buffers one line.
+func (l *lines) add(v any) error { return l.enc.Encode(v) }
+
+// flush sends what is buffered to the client.
+func (l *lines) flush() error {
+	if err := l.bw.Flush(); err != nil {
+		return err
+	}
+	if l.flusher != nil {
+		l.flusher.Flush()
+	}
+	return nil
+}
