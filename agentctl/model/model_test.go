@@ -202,6 +202,8 @@ func TestRetried(t *testing.T) {
 	cut.CutAfter = 6
 	endEarly := cut
 	endEarly.EndEarly = true
+	overloaded := cut
+	overloaded.StreamError = "Overloaded"
 	bodyCut := cut
 	bodyCut.CutAfter = 40
 	tests := []struct {
@@ -215,6 +217,7 @@ func TestRetried(t *testing.T) {
 		{"503 answering whole", true, modeltest.Fail(http.StatusServiceUnavailable, "busy"), 0},
 		{"stream cut", false, cut, 0},
 		{"stream ends early", false, endEarly, 0},
+		{"error event mid-stream", false, overloaded, 0},
 		{"body cut", true, bodyCut, 0},
 	}
 	for _, p := range providers {

@@ -112,3 +112,7 @@ func (w openAIWire) events(id, model string, st Step, usage bool) []string {
 	}
 	return append(out, "data: [DONE]\n\n")
 }
+
+func (openAIWire) streamError(message string) string {
+	return sse("", map[string]any{"error": map[string]any{"message": message, "type": "server_error", "param": nil, "code": nil}})
+}

@@ -58,6 +58,9 @@ type Step struct {
 	// EndEarly, with CutAfter, ends the response cleanly instead: a
 	// stream that just stops before its final event.
 	EndEarly bool
+	// StreamError, with CutAfter, sends the provider's error event with
+	// this message (an overload mid-answer, say) and ends the stream.
+	StreamError string
 }
 
 // Reply is a step that answers with text.
@@ -149,6 +152,8 @@ type wire interface {
 	whole(id, model string, st Step) any
 	// events are a streamed answer's server-sent events, whole lines.
 	events(id, model string, st Step, usage bool) []string
+	// streamError is an error event in a stream.
+	streamError(message string) string
 }
 
 func (s *Server) serve(w wire) http.HandlerFunc {
@@ -196,7 +201,12 @@ func (s *Server) serve(w wire) http.HandlerFunc {
 			s.writeWhole(rw, w.whole(id, head.Model, st), st)
 			return
 		}
-		s.writeEvents(rw, w.events(id, head.Model, st, head.StreamOptions.IncludeUsage), st)
+		events := w.events(id, head.Model, st, head.StreamOptions.IncludeUsage)
+		if st.StreamError != "" && st.CutAfter > 0 && st.CutAfter < len(events) {
+			events = append(events[:st.CutAfter:st.CutAfter], w.streamError(st.StreamError))
+			st.CutAfter = 0
+		}
+		s.writeEvents(rw, events, st)
 	}
 }
 
