@@ -41,6 +41,9 @@ type Step struct {
 	// Stop overrides the wire's stop reason (stop/tool_calls for OpenAI,
 	// end_turn/tool_use for Anthropic).
 	Stop string
+	// WholeCalls streams each tool call whole in one chunk, all at index
+	// 0, told apart only by id, as some OpenAI-compatible servers do.
+	WholeCalls bool
 	// Piece is how many bytes of text or arguments each stream delta
 	// carries; zero means 3, so answers arrive in many chunks.
 	Piece int
