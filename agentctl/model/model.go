@@ -153,7 +153,8 @@ type Config struct {
 	// RetryBase is the first retry's delay, doubled for each next one;
 	// zero means DefaultRetryBase.
 	RetryBase time.Duration
-	// RetryMax caps a delay, Retry-After included; zero means DefaultRetryMax.
+	// RetryMax caps the backoff; a Retry-After longer than it is not
+	// waited for but returned at once. Zero means DefaultRetryMax.
 	RetryMax time.Duration
 }
 

@@ -493,3 +493,25 @@ func TestToolRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+func TestRetryAfterBeyondCap(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			st := modeltest.Fail(http.StatusTooManyRequests, "come back in an hour")
+			st.RetryAfter = "3600"
+			srv := modeltest.New(t, st)
+			var rec recorder
+			_, err := mustProvider(t, p, srv, false).Complete(context.Background(), ask("hi"), rec.progress)
+			var se *model.StatusError
+			if !errors.As(err, &se) || se.Status != http.StatusTooManyRequests || se.RetryAfter != time.Hour {
+				t.Fatalf("error = %v, want 429 with RetryAfter 1h", err)
+			}
+			if got := len(srv.Requests()); got != 1 {
+				t.Errorf("%d requests, want 1", got)
+			}
+			if got := rec.retries(); len(got) != 0 {
+				t.Errorf("retry events %v, want none", got)
+			}
+		})
+	}
+}
