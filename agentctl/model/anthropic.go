@@ -153,7 +153,7 @@ func anthropicParams(req Request) (anthropic.MessageNewParams, error) {
 func (p *Anthropic) whole(ctx context.Context, params anthropic.MessageNewParams, emit func(Event)) (Response, error) {
 	m, err := p.messages.New(ctx, params)
 	if err != nil {
-		return Response{}, err
+		return Response{}, wrap("anthropic", err)
 	}
 	resp := anthropicResponse(m)
 	if resp.Message.Text != "" {
@@ -197,7 +197,7 @@ func (p *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParam
 			// accepted, so asking again is worth it.
 			return Response{}, fmt.Errorf("anthropic: %w: %s", ErrStreamCut, redact(ae.Message, p.apiKey))
 		}
-		return Response{}, fmt.Errorf("anthropic: stream: %w", err)
+		return Response{}, wrap("anthropic: stream", err)
 	}
 	if !stopped {
 		return Response{}, fmt.Errorf("anthropic: %w", ErrStreamCut)

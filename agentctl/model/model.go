@@ -73,7 +73,8 @@ type Request struct {
 	Messages []Message
 	Tools    []Tool
 	// MaxTokens caps the answer; zero means DefaultMaxTokens for
-	// Anthropic (which requires one) and the server's default for OpenAI.
+	// Anthropic (which requires one) and the server's default for OpenAI
+	// (sent as max_completion_tokens, which o-series models require).
 	MaxTokens int64
 }
 
@@ -104,7 +105,8 @@ type Response struct {
 	Retries int
 }
 
-// Event is progress while an answer arrives. Exactly one field is set.
+// Event is progress while an answer arrives: one of Text, ToolCall or
+// Retry is set. A non-streamed answer gives its whole text as one Event.
 type Event struct {
 	// Text is a piece of the answer's text, in order.
 	Text string
@@ -116,7 +118,8 @@ type Event struct {
 	RetryIn time.Duration
 }
 
-// Provider is a chat model with tools.
+// Provider is a chat model with tools. The providers here are safe for
+// concurrent use.
 type Provider interface {
 	// Complete asks the model for the next answer to req. progress, if
 	// not nil, is called from Complete's goroutine as the answer arrives.
@@ -150,7 +153,8 @@ type Config struct {
 	// RetryBase is the first retry's delay, doubled for each next one;
 	// zero means DefaultRetryBase.
 	RetryBase time.Duration
-	// RetryMax caps a delay, Retry-After included; zero means DefaultRetryMax.
+	// RetryMax caps the backoff; a Retry-After longer than it is not
+	// waited for but returned at once. Zero means DefaultRetryMax.
 	RetryMax time.Duration
 }
 

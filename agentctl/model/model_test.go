@@ -202,6 +202,8 @@ func TestRetried(t *testing.T) {
 	cut.CutAfter = 6
 	endEarly := cut
 	endEarly.EndEarly = true
+	overloaded := cut
+	overloaded.StreamError = "Overloaded"
 	bodyCut := cut
 	bodyCut.CutAfter = 40
 	tests := []struct {
@@ -215,6 +217,7 @@ func TestRetried(t *testing.T) {
 		{"503 answering whole", true, modeltest.Fail(http.StatusServiceUnavailable, "busy"), 0},
 		{"stream cut", false, cut, 0},
 		{"stream ends early", false, endEarly, 0},
+		{"error event mid-stream", false, overloaded, 0},
 		{"body cut", true, bodyCut, 0},
 	}
 	for _, p := range providers {
@@ -486,6 +489,28 @@ func TestToolRoundTrip(t *testing.T) {
 			}
 			if !strings.Contains(second, `contents of {\"path\":\"b\"}`) {
 				t.Errorf("second request lacks the result for b: %s", second)
+			}
+		})
+	}
+}
+
+func TestRetryAfterBeyondCap(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			st := modeltest.Fail(http.StatusTooManyRequests, "come back in an hour")
+			st.RetryAfter = "3600"
+			srv := modeltest.New(t, st)
+			var rec recorder
+			_, err := mustProvider(t, p, srv, false).Complete(context.Background(), ask("hi"), rec.progress)
+			var se *model.StatusError
+			if !errors.As(err, &se) || se.Status != http.StatusTooManyRequests || se.RetryAfter != time.Hour {
+				t.Fatalf("error = %v, want 429 with RetryAfter 1h", err)
+			}
+			if got := len(srv.Requests()); got != 1 {
+				t.Errorf("%d requests, want 1", got)
+			}
+			if got := rec.retries(); len(got) != 0 {
+				t.Errorf("retry events %v, want none", got)
 			}
 		})
 	}

@@ -157,7 +157,7 @@ func argsOrEmpty(a json.RawMessage) json.RawMessage {
 func (p *OpenAI) whole(ctx context.Context, params openai.ChatCompletionNewParams, emit func(Event)) (Response, error) {
 	c, err := p.chat.New(ctx, params)
 	if err != nil {
-		return Response{}, err
+		return Response{}, wrap("openai", err)
 	}
 	if len(c.Choices) == 0 {
 		return Response{}, errors.New("openai: answer has no choices")
@@ -253,7 +253,7 @@ func (p *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 		if errors.As(err, &se) {
 			return Response{}, fmt.Errorf("openai: %w: %s", ErrStreamCut, redact(se.Message, p.apiKey))
 		}
-		return Response{}, fmt.Errorf("openai: stream: %w", err)
+		return Response{}, wrap("openai: stream", err)
 	}
 	if !finished {
 		return Response{}, fmt.Errorf("openai: %w", ErrStreamCut)

@@ -47,7 +47,9 @@ func (r retrier) run(ctx context.Context, progress func(Event), attempt func() (
 			return Response{}, ctx.Err()
 		}
 		wait, ok := temporary(err)
-		if !ok {
+		if !ok || wait > r.cap {
+			// Asking before the server's Retry-After only earns another
+			// refusal: a wait beyond the cap is the caller's to decide.
 			return Response{}, err
 		}
 		if n >= r.max {
@@ -71,7 +73,7 @@ func (r retrier) run(ctx context.Context, progress func(Event), attempt func() (
 }
 
 // delay is the wait before retry n+1: the server's Retry-After when it
-// gave one, else base doubled n times; never more than the cap.
+// gave one, else base doubled n times, at most the cap.
 func (r retrier) delay(n int, retryAfter time.Duration) time.Duration {
 	d := retryAfter
 	if d <= 0 {

@@ -2,6 +2,8 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -29,6 +31,16 @@ func statusMiddleware(provider, apiKey string) func(*http.Request, func(*http.Re
 			RetryAfter: retryAfter(res.Header, time.Now()),
 		}
 	}
+}
+
+// wrap puts what before err, unless err is a *StatusError, which names
+// its provider already.
+func wrap(what string, err error) error {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // errorBody finds the type and message in an error body: OpenAI's and

@@ -114,3 +114,7 @@ func (w anthropicWire) events(id, model string, st Step, _ bool) []string {
 		sse("message_stop", map[string]any{"type": "message_stop"}),
 	)
 }
+
+func (anthropicWire) streamError(message string) string {
+	return sse("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": message}})
+}

@@ -89,6 +89,13 @@ func (w openAIWire) events(id, model string, st Step, usage bool) []string {
 	// Each call opens with its id and name, then its arguments follow in
 	// pieces, addressed by index as OpenAI does.
 	for i, c := range st.Calls {
+		if st.WholeCalls {
+			out = append(out, chunk(map[string]any{"tool_calls": []any{map[string]any{
+				"index": 0, "id": callID("call_", id, i, c), "type": "function",
+				"function": map[string]any{"name": c.Name, "arguments": c.Args},
+			}}}, nil))
+			continue
+		}
 		out = append(out, chunk(map[string]any{"tool_calls": []any{map[string]any{
 			"index": i, "id": callID("call_", id, i, c), "type": "function",
 			"function": map[string]any{"name": c.Name, "arguments": ""},
@@ -111,4 +118,8 @@ func (w openAIWire) events(id, model string, st Step, usage bool) []string {
 		}))
 	}
 	return append(out, "data: [DONE]\n\n")
+}
+
+func (openAIWire) streamError(message string) string {
+	return sse("", map[string]any{"error": map[string]any{"message": message, "type": "server_error", "param": nil, "code": nil}})
 }

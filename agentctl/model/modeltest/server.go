@@ -41,6 +41,9 @@ type Step struct {
 	// Stop overrides the wire's stop reason (stop/tool_calls for OpenAI,
 	// end_turn/tool_use for Anthropic).
 	Stop string
+	// WholeCalls streams each tool call whole in one chunk, all at index
+	// 0, told apart only by id, as some OpenAI-compatible servers do.
+	WholeCalls bool
 	// Piece is how many bytes of text or arguments each stream delta
 	// carries; zero means 3, so answers arrive in many chunks.
 	Piece int
@@ -58,6 +61,9 @@ type Step struct {
 	// EndEarly, with CutAfter, ends the response cleanly instead: a
 	// stream that just stops before its final event.
 	EndEarly bool
+	// StreamError, with CutAfter, sends the provider's error event with
+	// this message (an overload mid-answer, say) and ends the stream.
+	StreamError string
 }
 
 // Reply is a step that answers with text.
@@ -163,6 +169,8 @@ type wire interface {
 	whole(id, model string, st Step) any
 	// events are a streamed answer's server-sent events, whole lines.
 	events(id, model string, st Step, usage bool) []string
+	// streamError is an error event in a stream.
+	streamError(message string) string
 }
 
 func (s *Server) serve(w wire) http.HandlerFunc {
@@ -229,7 +237,12 @@ func (s *Server) serve(w wire) http.HandlerFunc {
 			s.writeWhole(rw, w.whole(id, head.Model, st), st)
 			return
 		}
-		s.writeEvents(rw, w.events(id, head.Model, st, head.StreamOptions.IncludeUsage), st)
+		events := w.events(id, head.Model, st, head.StreamOptions.IncludeUsage)
+		if st.StreamError != "" && st.CutAfter > 0 && st.CutAfter < len(events) {
+			events = append(events[:st.CutAfter:st.CutAfter], w.streamError(st.StreamError))
+			st.CutAfter = 0
+		}
+		s.writeEvents(rw, events, st)
 	}
 }
 
