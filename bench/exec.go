@@ -43,7 +43,7 @@ import (
 	"sync"
 	"time"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
 	"computerd/wire"

@@ -19,7 +19,8 @@ rules=$(cat <<RULES
 ./fsstore         | ^computerd/(syncproto|wire|computerd|agentctl)(/|$)|$fuse|$runc
 ./syncproto       | ^$daemon|^$cli|$fuse|$runc
 ./agentctl/...    | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|$sqlite|$fuse|$runc
-./tools           | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|$sqlite|$fuse|$runc
+./client          | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
+./tools           | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./computerd/...   | ^$cli
 RULES
 )

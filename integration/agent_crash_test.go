@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"computerd/agentctl/client"
 	"computerd/agentctl/model/modeltest"
+	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
 )

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"computerd/agentctl/client"
 	agentcmd "computerd/agentctl/command"
+	"computerd/client"
 	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"computerd/agentctl/client"
 	agentcmd "computerd/agentctl/command"
+	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
 	"computerd/wire"

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"computerd/agentctl/client"
 	agentcmd "computerd/agentctl/command"
+	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
 	"computerd/wire"

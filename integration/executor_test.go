@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/core"
 	"computerd/wire"
 )

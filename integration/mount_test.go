@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
 )

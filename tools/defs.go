@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/core"
 	"computerd/wire"
 )

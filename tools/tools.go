@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/wire"
 )
 

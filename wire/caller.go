@@ -15,7 +15,7 @@ import (
 const maxErrorBody = 1 << 20
 
 // Caller sends requests to one computerd as one tenant. It is the one
-// request path of the Go clients (agentctl/client and syncproto's), so
+// request path of the Go clients (package client and syncproto's), so
 // they authenticate and classify failures alike.
 type Caller struct {
 	BaseURL string       // e.g. http://127.0.0.1:7777; a trailing slash is ignored

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"computerd/agentctl/client"
 	"computerd/agentctl/model"
+	"computerd/client"
 	"computerd/core"
 	"computerd/tools"
 	"computerd/wire"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/core"
 	"computerd/wire"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"computerd/agentctl/agent"
-	"computerd/agentctl/client"
 	"computerd/agentctl/model"
+	"computerd/client"
 	"computerd/core"
 	"computerd/wire"
 )

@@ -17,7 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 )
 
 // attach uploads SRC (a directory, a tarball, or a git work tree) as one revision.

@@ -1,5 +1,5 @@
 // Package command implements agentctl's command line on top of
-// agentctl/client, so tests drive exactly the code users run.
+// package client, so tests drive exactly the code users run.
 package command
 
 import (
@@ -19,7 +19,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"computerd/agentctl/client"
+	"computerd/client"
 	"computerd/core"
 	"computerd/wire"
 )

@@ -1,5 +1,6 @@
-// Package client is a Go client for computerd's HTTP API (v1): every call
-// agentctl makes goes through it. Bodies stream in both directions.
+// Package client is the Go client of computerd's HTTP API (v1): every call
+// agentctl makes, and every tool call a model makes through package tools,
+// goes through it. Bodies stream in both directions.
 package client
 
 import (
