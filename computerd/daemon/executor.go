@@ -28,6 +28,9 @@ type executor struct {
 	sync  *syncproto.Client
 	proxy http.Handler
 	store *fsstore.Store
+	// transport carries every call to the home; close drops its idle
+	// connections (and their goroutines).
+	transport *http.Transport
 
 	mu    sync.Mutex
 	known map[[32]byte]knownToken
@@ -48,17 +51,25 @@ func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor,
 	if cfg.HomeToken == "" {
 		return nil, errors.New("--home needs --token (a token of the tenant this executor serves)")
 	}
-	x := &executor{home: u, token: cfg.HomeToken, store: st, known: map[[32]byte]knownToken{},
-		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	x := &executor{home: u, token: cfg.HomeToken, store: st, known: map[[32]byte]knownToken{}, transport: tr,
+		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: tr}}}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if x.hello, err = x.sync.Hello(hctx); err != nil {
+		x.close()
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
 	st.ChunkSize = int(x.hello.ChunkSize)
-	x.proxy = httputil.NewSingleHostReverseProxy(u)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.Transport = tr
+	x.proxy = proxy
 	return x, nil
 }
+
+// close drops the idle connections to the home (once the API and the
+// runner, which call it, have stopped).
+func (x *executor) close() { x.transport.CloseIdleConnections() }
 
 // check refuses a store made with another chunk size than the home's.
 func (x *executor) check(st *fsstore.Store) error {
@@ -70,9 +81,11 @@ func (x *executor) check(st *fsstore.Store) error {
 
 // runner is the runner's Remote: mirrors in the local store, pushes home.
 func (x *executor) runner() *runner.Remote {
+	home := client.New(x.home.String(), x.token)
+	home.HTTP.Transport = x.transport
 	return &runner.Remote{
 		Mirror: &syncproto.Mirror{Client: x.sync, Store: x.store, Tenant: x.hello.Tenant},
-		Home:   client.New(x.home.String(), x.token),
+		Home:   home,
 	}
 }
 
@@ -86,7 +99,7 @@ func (x *executor) authenticate(ctx context.Context, secret string) (string, err
 	if ok && time.Now().Before(k.until) {
 		return k.tenant, nil
 	}
-	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret}).Hello(ctx)
+	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret, HTTP: x.sync.HTTP}).Hello(ctx)
 	var re *syncproto.RemoteError
 	if errors.As(err, &re) && re.Status == http.StatusUnauthorized {
 		return "", core.ErrBadToken
