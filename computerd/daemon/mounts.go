@@ -67,13 +67,17 @@ var errMountsClosed = fmt.Errorf("mount: computerd is shutting down: %w", core.E
 
 func newMounts(dataDir string, st *fsstore.Store, m *metrics.Metrics, log *slog.Logger) *mounts {
 	return &mounts{store: st, metrics: m, log: log, dataDir: dataDir,
-		record: filepath.Join(dataDir, "run", "mounts.json"), byDir: map[string]*hostMount{}}
+		record: filepath.Join(runDir(dataDir), "mounts.json"), byDir: map[string]*hostMount{}}
 }
 
 // Open unmounts what a previous process left mounted and makes the
 // manager ready for mounts. Close ends what it starts.
 func (ms *mounts) Open(ctx context.Context) error {
 	ms.cleanupStale()
+	// The runner makes it too, but a daemon without exec mounts all the same.
+	if err := os.MkdirAll(ms.spoolDir(), 0o700); err != nil {
+		return fmt.Errorf("mounts: %w", err)
+	}
 	// The refresh loops outlive the call that opens the manager.
 	ms.ctx, ms.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	return nil
@@ -101,6 +105,8 @@ func (ms *mounts) Close(ctx context.Context) error {
 	}
 	return ms.group.Wait()
 }
+
+func (ms *mounts) spoolDir() string { return filepath.Join(runDir(ms.dataDir), "spool") }
 
 // cleanupStale unmounts what a previous process left mounted.
 func (ms *mounts) cleanupStale() {
@@ -211,7 +217,7 @@ func (ms *mounts) mount(tenant string, ws core.Workspace, dir string) (*fusefs.M
 	return fusefs.Open(dir, fusefs.Options{
 		Store: ms.store, Workspace: ws.ID,
 		Info:     fsstore.CommitInfo{Source: core.SourceMount, Tenant: tenant, Message: "mount " + dir},
-		SpoolDir: filepath.Join(ms.dataDir, "run", "spool"),
+		SpoolDir: ms.spoolDir(),
 		// Its own commits reach the workspace's other mounts; itself it
 		// leaves alone (a refresh would commit its pending writes early).
 		OnCommit: func(r core.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },
