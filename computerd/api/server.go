@@ -27,28 +27,39 @@ import (
 
 // Limits bound what one caller can ask for.
 type Limits struct {
-	// MaxJSONBody bounds JSON request bodies (default 8 MiB).
+	// MaxJSONBody bounds JSON request bodies (default DefaultMaxJSONBody).
 	MaxJSONBody int64
-	// MaxUpload bounds streamed bodies: file writes and attach (default 8 GiB).
+	// MaxUpload bounds streamed bodies: file writes and attach (default
+	// DefaultMaxUpload).
 	MaxUpload int64
-	// MaxWorkspaces bounds the live workspaces of one tenant (default 1000).
+	// MaxWorkspaces bounds the live workspaces of one tenant (default
+	// DefaultMaxWorkspaces).
 	MaxWorkspaces int
-	// MaxEditSize bounds the files edit and grep read whole lines of (default 64 MiB).
+	// MaxEditSize bounds the files edit and grep read whole lines of
+	// (default DefaultMaxEditSize).
 	MaxEditSize int64
 }
 
+// Defaults of Limits (computerd serve's flags name them too).
+const (
+	DefaultMaxJSONBody   = 8 << 20
+	DefaultMaxUpload     = 8 << 30
+	DefaultMaxWorkspaces = 1000
+	DefaultMaxEditSize   = 64 << 20
+)
+
 func (l *Limits) defaults() {
 	if l.MaxJSONBody <= 0 {
-		l.MaxJSONBody = 8 << 20
+		l.MaxJSONBody = DefaultMaxJSONBody
 	}
 	if l.MaxUpload <= 0 {
-		l.MaxUpload = 8 << 30
+		l.MaxUpload = DefaultMaxUpload
 	}
 	if l.MaxWorkspaces <= 0 {
-		l.MaxWorkspaces = 1000
+		l.MaxWorkspaces = DefaultMaxWorkspaces
 	}
 	if l.MaxEditSize <= 0 {
-		l.MaxEditSize = 64 << 20
+		l.MaxEditSize = DefaultMaxEditSize
 	}
 }
 

@@ -27,11 +27,11 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			dataFlag,
 			&cli.StringFlag{Name: "listen", Usage: "API address", Value: daemon.DefaultListen, EnvVars: []string{"COMPUTERD_LISTEN"}},
-			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: "127.0.0.1:7778", EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
-			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: 1000},
-			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: 8 << 20},
-			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: 8 << 30},
-			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls may finish after SIGINT/SIGTERM", Value: 30 * time.Second},
+			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: daemon.DefaultMetricsListen, EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
+			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: api.DefaultMaxWorkspaces},
+			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: api.DefaultMaxJSONBody},
+			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: api.DefaultMaxUpload},
+			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls and execs may finish after SIGINT/SIGTERM", Value: defaultShutdownGrace},
 			&cli.StringFlag{Name: "retention", Usage: "which revisions to keep: for=AGE (e.g. 7d, 36h) and/or last=N per workspace, comma-separated, a revision going only when no rule keeps it; all: keep every revision", Value: fsstore.DefaultPolicy.String()},
 			&cli.DurationFlag{Name: "gc-interval", Usage: "how often to prune by --retention and reclaim the space of unreferenced chunks (0: never)", Value: daemon.DefaultGCInterval},
 			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
@@ -39,7 +39,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "home", Usage: "run as an executor of the home computerd at this URL", EnvVars: []string{"COMPUTERD_HOME"}},
 			&cli.StringFlag{Name: "token", Usage: "with --home: a token of the tenant this executor serves", EnvVars: []string{"COMPUTERD_HOME_TOKEN"}},
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
-			&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of an exec", Value: 10 * time.Minute},
+			&cli.DurationFlag{Name: "exec-timeout", Usage: "timeout of an exec that names none", Value: daemon.DefaultExecTimeout},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
@@ -102,7 +102,7 @@ func serve(c *cli.Context) error {
 	// acknowledged.
 	signal.Reset(os.Interrupt, syscall.SIGTERM)
 	log.Info("shutting down: finishing calls in flight", "grace", c.Duration("shutdown-grace"))
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-grace"))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), c.Duration("shutdown-grace"))
 	defer cancel()
 	if err := d.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
@@ -161,6 +161,9 @@ func tokenCommand() *cli.Command {
 		},
 	}
 }
+
+// defaultShutdownGrace is --shutdown-grace's default.
+const defaultShutdownGrace = 30 * time.Second
 
 // maxSandboxWarm bounds --sandbox-warm: each warm container holds a
 // process, a cgroup and its namespaces while it waits.

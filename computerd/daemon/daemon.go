@@ -12,7 +12,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/api"
 	"computerd/computerd/metrics"
@@ -26,7 +30,7 @@ import (
 type Config struct {
 	// DataDir holds the store; created 0700 if missing.
 	DataDir string
-	// Listen is the API address (default 127.0.0.1:7777; ":0" picks a free port).
+	// Listen is the API address (default DefaultListen; ":0" picks a free port).
 	Listen string
 	// MetricsListen is the Prometheus address ("" for none).
 	MetricsListen string
@@ -47,7 +51,7 @@ type Config struct {
 	// that an exec starts at once (see sandbox.Manager.Warm); 0 makes each
 	// when its exec comes.
 	SandboxWarm int
-	// ExecTimeout is the default exec timeout (0: the runner's default).
+	// ExecTimeout is the default exec timeout (0: DefaultExecTimeout).
 	ExecTimeout time.Duration
 	// Retention is the policy by which the daemon prunes old revisions
 	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
@@ -60,11 +64,18 @@ type Config struct {
 	Home, HomeToken string
 }
 
-// DefaultListen is the API's default address: loopback only.
-const DefaultListen = "127.0.0.1:7777"
-
-// DefaultSandboxWarm is computerd serve's --sandbox-warm.
-const DefaultSandboxWarm = 2
+// Defaults of Config (and of computerd serve's flags, which name these).
+const (
+	// DefaultListen is the API's address: loopback only.
+	DefaultListen = "127.0.0.1:7777"
+	// DefaultMetricsListen is computerd serve's --metrics-listen (a
+	// Config without MetricsListen serves no metrics).
+	DefaultMetricsListen = "127.0.0.1:7778"
+	// DefaultSandboxWarm is computerd serve's --sandbox-warm.
+	DefaultSandboxWarm = 2
+	// DefaultExecTimeout is the timeout of an exec that names none.
+	DefaultExecTimeout = runner.DefaultTimeout
+)
 
 // Daemon is a running computerd.
 type Daemon struct {
@@ -72,62 +83,93 @@ type Daemon struct {
 	Metrics *metrics.Metrics
 	Runner  *runner.Runner // nil with NoExec
 	mounts  *mounts
-	retain  *retention // nil without GCInterval
 
 	cfg      Config
+	opened   bool       // the store is open
+	retain   *retention // nil without GCInterval
+	remote   *executor
+	sandbox  *sandbox.Manager
 	api      *http.Server
 	apiLn    net.Listener
 	metrics  *http.Server
 	metricLn net.Listener
 	served   chan error
+
+	group    errgroup.Group // the HTTP servers' goroutines
+	stopping atomic.Bool    // Shutdown began: a listener's end is no failure
+	stopOnce sync.Once
+	stopErr  error
 }
 
-// Start opens the store (which takes the data directory's lock, and
-// recovers from any crash) and starts serving.
+// Start makes a daemon of cfg and opens it (see New and Open).
 func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	d := New(cfg)
+	if err := d.Open(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// New returns a daemon of cfg, not yet started.
+func New(cfg Config) *Daemon {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	return &Daemon{cfg: cfg, Metrics: metrics.New(), served: make(chan error, 2)}
+}
+
+// Open opens the store (which takes the data directory's lock, and
+// recovers from any crash), starts the mount manager, the runner and its
+// sandbox, the retention loop, and last the API and metrics listeners (see docs/LIFECYCLE.md). If any step
+// fails, what the earlier ones started is stopped again, in reverse
+// order, before Open returns: no goroutine, helper process, container,
+// mount or open store is left behind.
+func (d *Daemon) Open(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			d.Shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	cfg := &d.cfg
 	// Mounts and containers need absolute paths; the directory can move
 	// under a relative one if the working directory changes.
 	abs, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return fmt.Errorf("data dir: %w", err)
 	}
 	cfg.DataDir = abs
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return fmt.Errorf("data dir: %w", err)
 	}
-	d := &Daemon{cfg: cfg, Metrics: metrics.New(), served: make(chan error, 2)}
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
-	d.Store.Owner = "computerd serve"
-	var remote *executor
+	d.Store.Owner = "computerd serve" // the store's lock names its holder
 	if cfg.Home != "" {
-		if remote, err = newExecutor(ctx, cfg, d.Store); err != nil {
-			return nil, err
+		if d.remote, err = newExecutor(ctx, *cfg, d.Store); err != nil {
+			return err
 		}
 	}
 	if err := d.Store.Open(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if remote != nil {
-		if err := remote.check(d.Store); err != nil {
-			d.closeStore()
-			return nil, err
+	d.opened = true
+	if d.remote != nil {
+		if err := d.remote.check(d.Store); err != nil {
+			return err
 		}
 	}
 	d.Metrics.WatchStore(d.Store)
 	d.mounts = newMounts(cfg.DataDir, d.Store, d.Metrics, cfg.Log)
-	d.mounts.cleanupStale()
+	if err := d.mounts.Open(ctx); err != nil {
+		return err
+	}
 	d.Store.OnCommit = func(ws int64, _ core.Revision) { d.mounts.changed(ws) }
 	if !cfg.NoExec {
-		if err := d.startRunner(ctx, remote); err != nil {
-			d.closeStore()
-			return nil, err
+		if err := d.openRunner(ctx); err != nil {
+			return err
 		}
 	}
 	if cfg.GCInterval > 0 {
@@ -136,28 +178,25 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.retain.Open(ctx)
 	}
 	srv := &api.Server{Store: d.Store, Limits: cfg.Limits, Metrics: d.Metrics, Log: cfg.Log, Runner: d.Runner, Mounts: d.mounts}
-	if remote != nil {
-		srv.Home, srv.Authenticate, srv.Mounts = remote.proxy, remote.authenticate, nil
+	if d.remote != nil {
+		srv.Home, srv.Authenticate, srv.Mounts = d.remote.proxy, d.remote.authenticate, nil
 	}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
-	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		d.closeStore()
-		return nil, fmt.Errorf("listen: %w", err)
+	if d.apiLn, err = listen(cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
 	}
 	if cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", d.Metrics.Handler())
 		d.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		if d.metricLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
-			d.apiLn.Close()
-			d.closeStore()
-			return nil, fmt.Errorf("metrics listen: %w", err)
+		if d.metricLn, err = listen(cfg.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen: %w", err)
 		}
-		go func() { d.served <- serve(d.metrics, d.metricLn) }()
+		d.group.Go(func() error { return d.serve(d.metrics, d.metricLn) })
 	}
-	go func() { d.served <- serve(d.api, d.apiLn) }()
+	d.group.Go(func() error { return d.serve(d.api, d.apiLn) })
 	cfg.Log.Info("serving", "api", d.URL(), "metrics", d.MetricsURL(), "data", cfg.DataDir)
-	return d, nil
+	return nil
 }
 
 // SandboxStateDir is where a daemon on dataDir keeps its containers'
@@ -169,29 +208,29 @@ func SandboxStateDir(dataDir string) string { return filepath.Join(runDir(dataDi
 // files, output logs, the containers' state.
 func runDir(dataDir string) string { return filepath.Join(dataDir, "run") }
 
-// startRunner prepares sandboxed exec and recovers from a previous crash:
+// openRunner prepares sandboxed exec and recovers from a previous crash:
 // orphaned containers and mounts go, interrupted execs' writes are kept.
-func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
-	run := runDir(d.cfg.DataDir)
-	sb := &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
+// Then the sandbox makes its warm containers.
+func (d *Daemon) openRunner(ctx context.Context) error {
+	d.sandbox = &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
 		Warm: d.cfg.SandboxWarm}
-	if sb.Helper != "" {
-		d.cfg.Log.Info("containers run from the sandbox helper", "helper", sb.Helper)
+	if d.sandbox.Helper != "" {
+		d.cfg.Log.Info("containers run from the sandbox helper", "helper", d.sandbox.Helper)
 	} else {
 		d.cfg.Log.Info("containers run from computerd itself (no computerd-sandbox helper)")
 	}
 	d.Runner = &runner.Runner{
-		Store: d.Store, Sandbox: sb, Metrics: d.Metrics, Log: d.cfg.Log,
-		Dir: run, DefaultTimeout: d.cfg.ExecTimeout,
+		Store: d.Store, Sandbox: d.sandbox, Metrics: d.Metrics, Log: d.cfg.Log,
+		Dir: runDir(d.cfg.DataDir), DefaultTimeout: d.cfg.ExecTimeout,
 	}
-	if remote != nil {
-		d.Runner.Remote = remote.runner()
+	if d.remote != nil {
+		d.Runner.Remote = d.remote.runner()
 	}
-	if err := d.Runner.Recover(ctx); err != nil {
+	if err := d.Runner.Open(ctx); err != nil {
 		return fmt.Errorf("exec recovery: %w", err)
 	}
-	if sb.Warm > 0 {
-		if err := sb.Warmup(); err != nil {
+	if d.sandbox.Warm > 0 {
+		if err := d.sandbox.Warmup(); err != nil {
 			// Execs still run, each making its container.
 			d.cfg.Log.Warn("no warm containers", "err", err)
 		}
@@ -199,11 +238,36 @@ func (d *Daemon) startRunner(ctx context.Context, remote *executor) error {
 	return nil
 }
 
-func serve(s *http.Server, ln net.Listener) error {
-	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+// serve serves s on ln until Shutdown; any other end is reported on Wait.
+func (d *Daemon) serve(s *http.Server, ln net.Listener) error {
+	err := s.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) || d.stopping.Load() {
+		err = nil
 	}
-	return nil
+	d.served <- err
+	return err
+}
+
+// listen listens on addr; the listener may be closed more than once.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &onceCloseListener{Listener: ln}, nil
+}
+
+// onceCloseListener closes its listener once: Shutdown closes it, then
+// http.Server.Shutdown does again.
+type onceCloseListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+func (l *onceCloseListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }
 
 // URL is the API's base URL.
@@ -220,24 +284,76 @@ func (d *Daemon) MetricsURL() string {
 // Wait returns when a listener fails (or after Shutdown).
 func (d *Daemon) Wait() <-chan error { return d.served }
 
-// Shutdown stops accepting calls, lets those in flight finish until ctx
-// ends (then cuts them), and closes the store.
+// Shutdown stops what Open started, in reverse order, whatever step Open
+// reached (see docs/LIFECYCLE.md):
+//
+//  1. The API and metrics listeners close: nothing new arrives. Calls in
+//     flight go on until ctx ends; then they are cut.
+//  2. The runner refuses new execs and lets running ones finish until ctx
+//     ends; then they are killed, and what they wrote is committed.
+//  3. The sandbox stops its helper and destroys its warm containers.
+//  4. The calls in flight have ended (their exec streams among them).
+//  5. The mount manager unmounts every host mount, committing what is
+//     pending.
+//  6. The retention loop stops; the store closes, releasing the data
+//     directory's lock.
+//
+// Cleanup that must finish (commits, unmounts) is not cut by ctx. It
+// returns the first error; later calls return the same.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.stopOnce.Do(func() { d.stopErr = d.shutdown(ctx) })
+	return d.stopErr
+}
+
+func (d *Daemon) shutdown(ctx context.Context) error {
+	var first error
+	keep := func(what string, err error) {
+		if err == nil {
+			return
+		}
+		if first == nil {
+			first = err
+		} else {
+			d.cfg.Log.Warn("shutdown", "step", what, "err", err)
+		}
+	}
+	d.stopping.Store(true)
+	drained := make(chan error, 1)
+	if d.apiLn != nil {
+		keep("api listener", d.apiLn.Close())
+		d.group.Go(func() error { drained <- d.api.Shutdown(ctx); return nil })
+	} else {
+		drained <- nil
+	}
+	if d.metricLn != nil {
+		keep("metrics", d.metrics.Close())
+	}
 	if d.Runner != nil {
-		// Running commands may finish until ctx ends; then they are killed
-		// and what they wrote is committed.
-		d.Runner.Shutdown(ctx)
-		d.Runner.Sandbox.Close()
+		keep("runner", d.Runner.Close(ctx))
 	}
-	d.mounts.closeAll(context.WithoutCancel(ctx))
-	err := d.api.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		d.api.Close()
+	if d.sandbox != nil {
+		keep("sandbox", d.sandbox.Close())
 	}
-	if d.metrics != nil {
-		d.metrics.Close()
+	if err := <-drained; err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			d.api.Close()
+		}
+		keep("api", err)
 	}
-	return errors.Join(err, d.closeStore())
+	keep("api", d.group.Wait())
+	if d.mounts != nil {
+		keep("mounts", d.mounts.Close(context.WithoutCancel(ctx)))
+	}
+	if d.remote != nil {
+		d.remote.close()
+	}
+	if d.retain != nil {
+		d.retain.Close()
+	}
+	if d.opened {
+		keep("store", d.Store.Close()) // and with it the data directory's lock
+	}
+	return first
 }
 
 // Close stops at once: open calls are cut. Committed revisions are safe anyway.
@@ -248,9 +364,4 @@ func (d *Daemon) Close() error {
 		return err
 	}
 	return nil
-}
-
-func (d *Daemon) closeStore() error {
-	d.retain.Close()
-	return d.Store.Close()
 }

@@ -26,6 +26,9 @@ type executor struct {
 	sync  *syncproto.Client
 	proxy http.Handler
 	store *fsstore.Store
+	// transport carries every call to the home; close drops its idle
+	// connections (and their goroutines).
+	transport *http.Transport
 
 	mu    sync.Mutex
 	known map[[32]byte]knownToken
@@ -46,17 +49,25 @@ func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor,
 	if cfg.HomeToken == "" {
 		return nil, errors.New("--home needs --token (a token of the tenant this executor serves)")
 	}
-	x := &executor{home: u, store: st, known: map[[32]byte]knownToken{},
-		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	x := &executor{home: u, store: st, known: map[[32]byte]knownToken{}, transport: tr,
+		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: tr}}}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if x.hello, err = x.sync.Hello(hctx); err != nil {
+		x.close()
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
 	st.ChunkSize = int(x.hello.ChunkSize)
-	x.proxy = httputil.NewSingleHostReverseProxy(u)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.Transport = tr
+	x.proxy = proxy
 	return x, nil
 }
+
+// close drops the idle connections to the home (once the API and the
+// runner, which call it, have stopped).
+func (x *executor) close() { x.transport.CloseIdleConnections() }
 
 // check refuses a store made with another chunk size than the home's.
 func (x *executor) check(st *fsstore.Store) error {
@@ -83,7 +94,7 @@ func (x *executor) authenticate(ctx context.Context, secret string) (string, err
 	if ok && time.Now().Before(k.until) {
 		return k.tenant, nil
 	}
-	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret}).Hello(ctx)
+	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret, HTTP: x.sync.HTTP}).Hello(ctx)
 	if errors.Is(err, core.ErrBadToken) {
 		return "", core.ErrBadToken
 	}

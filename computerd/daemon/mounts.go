@@ -11,6 +11,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/fusefs"
 	"computerd/computerd/metrics"
@@ -22,6 +25,14 @@ import (
 // mounts are the host mounts (agentctl mount) this daemon serves. Their
 // directories are recorded in a file so a start after a crash can clean up
 // the dead mounts the crash left.
+//
+// The store's commit hook (changed) takes no lock: it runs in the store's
+// single writer, and a lock it waited on could be held by a goroutine that
+// itself waits on the writer, through the kernel (a mount(2) or a lookup
+// of the mount directory served by a FUSE mount of this daemon, whose
+// handler commits). It reads the mounts from live and wakes each mount's
+// refresh loop. mu is never held across a kernel mount or unmount, nor
+// across a call into a mount.
 type mounts struct {
 	store   *fsstore.Store
 	metrics *metrics.Metrics
@@ -29,20 +40,73 @@ type mounts struct {
 	record  string // the file listing live mount directories
 	dataDir string
 
-	mu    sync.Mutex
-	byDir map[string]*hostMount
+	// Between Open and Close: the refresh loops run in group, under ctx.
+	group  errgroup.Group
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	byDir    map[string]*hostMount // also those being mounted (m nil)
+	closed   bool
+	mounting sync.WaitGroup // Mount calls between their reservation and their end
+
+	live atomic.Pointer[[]*hostMount] // the mounted ones, for the commit hook
 }
 
 type hostMount struct {
-	m       *fusefs.Mount
+	dir     string
+	m       *fusefs.Mount // nil while it is being mounted
 	ws      core.Workspace
-	pending chan struct{} // a refresh is queued (capacity 1)
+	pending chan struct{} // a refresh is due (capacity 1)
+	stop    chan struct{} // closed when it is unmounted: its refresh loop ends
+	done    chan struct{} // closed when its refresh loop has ended
 }
+
+// errMountsClosed refuses a mount while the daemon stops.
+var errMountsClosed = fmt.Errorf("mount: computerd is shutting down: %w", core.ErrClosed)
 
 func newMounts(dataDir string, st *fsstore.Store, m *metrics.Metrics, log *slog.Logger) *mounts {
 	return &mounts{store: st, metrics: m, log: log, dataDir: dataDir,
-		record: filepath.Join(dataDir, "run", "mounts.json"), byDir: map[string]*hostMount{}}
+		record: filepath.Join(runDir(dataDir), "mounts.json"), byDir: map[string]*hostMount{}}
 }
+
+// Open unmounts what a previous process left mounted and makes the
+// manager ready for mounts. Close ends what it starts.
+func (ms *mounts) Open(ctx context.Context) error {
+	ms.cleanupStale()
+	// The runner makes it too, but a daemon without exec mounts all the same.
+	if err := os.MkdirAll(ms.spoolDir(), 0o700); err != nil {
+		return fmt.Errorf("mounts: %w", err)
+	}
+	// The refresh loops outlive the call that opens the manager.
+	ms.ctx, ms.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	return nil
+}
+
+// Close refuses new mounts, waits for those being made, unmounts every
+// mount (committing what is pending), and waits for the refresh loops.
+func (ms *mounts) Close(ctx context.Context) error {
+	ms.mu.Lock()
+	ms.closed = true
+	ms.mu.Unlock()
+	ms.mounting.Wait()
+	ms.mu.Lock()
+	all := ms.byDir
+	ms.byDir = map[string]*hostMount{}
+	ms.publish()
+	ms.mu.Unlock()
+	for dir, h := range all {
+		if err := h.m.Unmount(ctx); err != nil {
+			ms.log.Warn("unmount at shutdown", "dir", dir, "err", err)
+		}
+	}
+	if ms.cancel != nil {
+		ms.cancel(errMountsClosed)
+	}
+	return ms.group.Wait()
+}
+
+func (ms *mounts) spoolDir() string { return filepath.Join(runDir(ms.dataDir), "spool") }
 
 // cleanupStale unmounts what a previous process left mounted.
 func (ms *mounts) cleanupStale() {
@@ -60,7 +124,21 @@ func (ms *mounts) cleanupStale() {
 	os.Remove(ms.record)
 }
 
-// save records the live mount directories; ms.mu is held.
+// publish records the mount directories (those being mounted too, so that
+// a crash in the middle leaves nothing the next start does not clean up)
+// and gives the commit hook the mounted ones; ms.mu is held.
+func (ms *mounts) publish() {
+	live := make([]*hostMount, 0, len(ms.byDir))
+	for _, h := range ms.byDir {
+		if h.m != nil {
+			live = append(live, h)
+		}
+	}
+	ms.live.Store(&live)
+	ms.save()
+}
+
+// save records the mount directories; ms.mu is held.
 func (ms *mounts) save() {
 	dirs := make([]string, 0, len(ms.byDir))
 	for d := range ms.byDir {
@@ -95,34 +173,61 @@ func (ms *mounts) checkDir(dir string) (string, error) {
 
 // Mount serves ws at dir.
 func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, dir string) (wire.MountInfo, error) {
+	key := filepath.Clean(dir)
 	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if _, busy := ms.byDir[filepath.Clean(dir)]; busy {
+	if ms.closed {
+		ms.mu.Unlock()
+		return wire.MountInfo{}, errMountsClosed
+	}
+	if _, busy := ms.byDir[key]; busy {
+		ms.mu.Unlock()
 		return wire.MountInfo{}, fmt.Errorf("%s is already a mount: %w", dir, core.ErrExists)
 	}
-	dir, err := ms.checkDir(dir)
+	h := &hostMount{dir: key, ws: ws, pending: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	ms.byDir[key] = h
+	ms.publish()
+	ms.mounting.Add(1)
+	ms.mu.Unlock()
+	defer ms.mounting.Done()
+
+	// Unlocked: reading the directory and mounting on it go through the
+	// kernel, which may ask a FUSE server (a mount of this daemon, even)
+	// that waits on the store's writer, which may be in the commit hook.
+	m, err := ms.mount(tenant, ws, dir)
+	ms.mu.Lock()
 	if err != nil {
+		delete(ms.byDir, key)
+		ms.publish()
+		ms.mu.Unlock()
 		return wire.MountInfo{}, err
 	}
-	m, err := fusefs.Open(dir, fusefs.Options{
+	h.m = m
+	ms.publish()
+	ms.group.Go(func() error { ms.refreshLoop(h); return nil })
+	ms.mu.Unlock()
+	return ms.info(h), nil
+}
+
+// mount checks dir and mounts ws on it.
+func (ms *mounts) mount(tenant string, ws core.Workspace, dir string) (*fusefs.Mount, error) {
+	dir, err := ms.checkDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return fusefs.Open(dir, fusefs.Options{
 		Store: ms.store, Workspace: ws.ID,
 		Info:     fsstore.CommitInfo{Source: core.SourceMount, Tenant: tenant, Message: "mount " + dir},
-		SpoolDir: filepath.Join(ms.dataDir, "run", "spool"),
+		SpoolDir: ms.spoolDir(),
 		// Its own commits reach the workspace's other mounts; itself it
 		// leaves alone (a refresh would commit its pending writes early).
 		OnCommit: func(r core.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },
 	})
-	if err != nil {
-		return wire.MountInfo{}, err
-	}
-	ms.byDir[dir] = &hostMount{m: m, ws: ws, pending: make(chan struct{}, 1)}
-	ms.save()
-	return ms.info(dir, ms.byDir[dir]), nil
 }
 
-func (ms *mounts) info(dir string, h *hostMount) wire.MountInfo {
+// info describes h; ms.mu must not be held (it asks the mount).
+func (ms *mounts) info(h *hostMount) wire.MountInfo {
 	_, base, err := h.m.Status()
-	mi := wire.MountInfo{Dir: dir, Workspace: h.ws.Name, Base: base}
+	mi := wire.MountInfo{Dir: h.dir, Workspace: h.ws.Name, Base: base}
 	if err != nil {
 		mi.Error = err.Error()
 	}
@@ -134,66 +239,77 @@ func (ms *mounts) Unmount(ctx context.Context, tenant, dir string) error {
 	dir = filepath.Clean(dir)
 	ms.mu.Lock()
 	h, ok := ms.byDir[dir]
-	if !ok || h.ws.Tenant != tenant {
+	if !ok || h.m == nil || h.ws.Tenant != tenant {
 		ms.mu.Unlock()
 		return fmt.Errorf("%s is not a mount of yours: %w", dir, core.ErrNotFound)
 	}
 	delete(ms.byDir, dir)
-	ms.save()
+	ms.publish()
 	ms.mu.Unlock()
-	return h.m.Unmount(ctx)
+	close(h.stop)
+	err := h.m.Unmount(ctx)
+	select {
+	case <-h.done:
+	case <-ctx.Done(): // a refresh stuck in the kernel; Close waits for it
+	}
+	return err
 }
 
 // Mounts lists tenant's live mounts.
 func (ms *mounts) Mounts(tenant string) []wire.MountInfo {
 	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	out := []wire.MountInfo{}
-	for dir, h := range ms.byDir {
-		if h.ws.Tenant == tenant {
-			out = append(out, ms.info(dir, h))
+	var mine []*hostMount
+	for _, h := range ms.byDir {
+		if h.m != nil && h.ws.Tenant == tenant {
+			mine = append(mine, h)
 		}
+	}
+	ms.mu.Unlock()
+	out := make([]wire.MountInfo, 0, len(mine))
+	for _, h := range mine {
+		out = append(out, ms.info(h))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Dir < out[j].Dir })
 	return out
 }
 
-// changed brings the mounts of ws up to its head, in the background: a
-// commit made elsewhere (API, exec, sync) becomes visible in them.
+// changed is the store's commit hook: it brings the mounts of ws up to
+// its head, in the background, so that a commit made elsewhere (API,
+// exec, sync) becomes visible in them. It never blocks.
 func (ms *mounts) changed(ws int64) { ms.changedBy(ws, "") }
 
 // changedBy is changed for a commit made by the mount at dir ("" for none),
 // which is not refreshed.
 func (ms *mounts) changedBy(ws int64, dir string) {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	for d, h := range ms.byDir {
-		if h.ws.ID != ws || d == dir {
+	live := ms.live.Load()
+	if live == nil {
+		return
+	}
+	for _, h := range *live {
+		if h.ws.ID != ws || h.dir == dir {
 			continue
 		}
 		select {
 		case h.pending <- struct{}{}:
-			go func() {
-				<-h.pending
-				if err := h.m.Refresh(context.Background()); err != nil && !errors.Is(err, fusefs.ErrUnmounted) {
-					ms.log.Warn("refresh mount", "dir", h.m.Dir(), "err", err)
-				}
-			}()
-		default: // a refresh is queued already; it will see this commit too
+		default: // a refresh is due already; it will see this commit too
 		}
 	}
 }
 
-// closeAll unmounts everything (at shutdown), committing what is pending.
-func (ms *mounts) closeAll(ctx context.Context) {
-	ms.mu.Lock()
-	all := ms.byDir
-	ms.byDir = map[string]*hostMount{}
-	ms.save()
-	ms.mu.Unlock()
-	for dir, h := range all {
-		if err := h.m.Unmount(ctx); err != nil {
-			ms.log.Warn("unmount at shutdown", "dir", dir, "err", err)
+// refreshLoop refreshes h each time a commit made elsewhere is due, until
+// h is unmounted or the manager closes.
+func (ms *mounts) refreshLoop(h *hostMount) {
+	defer close(h.done)
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-ms.ctx.Done():
+			return
+		case <-h.pending:
+		}
+		if err := h.m.Refresh(ms.ctx); err != nil && !errors.Is(err, fusefs.ErrUnmounted) {
+			ms.log.Warn("refresh mount", "dir", h.dir, "err", err)
 		}
 	}
 }

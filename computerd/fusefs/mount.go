@@ -111,8 +111,11 @@ type Mount struct {
 	ttl      time.Duration
 	quiet    time.Duration
 
-	syncMu sync.Mutex     // serialises commits, so fsync waits for one in flight
-	bg     sync.WaitGroup // invalidations sent after an fsync was answered
+	syncMu sync.Mutex // serialises commits, so fsync waits for one in flight
+	// bg holds the mount's goroutines other than the server's: the
+	// invalidations sent after an fsync was answered, the quiet-period
+	// commits. Unmount waits for them once the server has ended.
+	bg sync.WaitGroup
 
 	mu         sync.Mutex
 	ws         core.Workspace // the workspace published to
@@ -151,6 +154,8 @@ func Open(dir string, opt Options) (*Mount, error) {
 	if opt.Store == nil {
 		return nil, fmt.Errorf("fusefs: no store")
 	}
+	// The mount's own context, for the requests the kernel sends it:
+	// Unmount cancels it once the server and bg have ended.
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(),
 		ttl: opt.CacheTimeout, quiet: opt.QuietPeriod, nodes: map[uint64]*node{}, touched: map[uint64]*node{}}
@@ -244,7 +249,7 @@ func (m *Mount) open(dir string) error {
 	}
 	m.server = server
 	closeOnExecFuse()
-	go server.Serve()
+	go server.Serve() // ends with the FUSE connection; Unmount waits for it (server.Wait)
 	if err := server.WaitMount(); err != nil {
 		server.Unmount()
 		return fmt.Errorf("fusefs: mount %s: %w", dir, err)
@@ -388,6 +393,16 @@ func (m *Mount) kick() {
 }
 
 func (m *Mount) onQuiet() {
+	// The timer's goroutine is the mount's too: Unmount waits for it (it
+	// sets closed before it waits, so no Add comes after the Wait).
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.bg.Add(1)
+	m.mu.Unlock()
+	defer m.bg.Done()
 	var err error
 	if m.opt.Exec {
 		err = m.sync()
@@ -935,6 +950,9 @@ func (m *Mount) Unmount(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	uerr := m.unmountKernel(ctx)
+	// This goroutine, like unmountKernel's, ends with the FUSE connection,
+	// which unmountKernel has ended or aborted; when ctx ends first it is
+	// left to finish once the kernel lets go, and closes the spool then.
 	done := make(chan struct{})
 	go func() {
 		m.server.Wait()

@@ -23,6 +23,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sync/errgroup"
+
 	"computerd/computerd/fusefs"
 	"computerd/computerd/metrics"
 	"computerd/computerd/sandbox"
@@ -45,6 +47,13 @@ type Request struct {
 	HomeBase  int64 // executor: the home revision Workspace mirrors
 }
 
+// Defaults of the Runner's fields.
+const (
+	DefaultTimeout  = 10 * time.Minute
+	MaxTimeout      = 24 * time.Hour
+	OutputRetention = 24 * time.Hour
+)
+
 // Event is one line of an exec's event stream.
 type Event = wire.ExecEvent
 
@@ -56,19 +65,28 @@ type Runner struct {
 	Log     *slog.Logger
 	// Dir holds mount points, spool files and output logs.
 	Dir string
-	// DefaultTimeout bounds a command that names no timeout (default 10 min);
-	// MaxTimeout bounds any (default 24 h).
+	// DefaultTimeout bounds a command that names no timeout (default
+	// DefaultTimeout); MaxTimeout bounds any (default MaxTimeout).
 	DefaultTimeout, MaxTimeout time.Duration
-	// OutputRetention is how long output logs are kept (default 24 h).
+	// OutputRetention is how long output logs are kept (default
+	// OutputRetention).
 	OutputRetention time.Duration
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
 
 	mu      sync.Mutex
 	running map[string]*run
-	wg      sync.WaitGroup
-	closing bool
-	stopBg  context.CancelFunc // ends the pending-push loop
+	closing bool           // set by Close: no new execs (under mu)
+	execs   sync.WaitGroup // execs in flight, each also in group
+
+	// Between Open and Close: every goroutine the runner starts is in
+	// group; stop ends the execs' context (ctx), stopLoops the
+	// background loops' (loops).
+	group     *errgroup.Group
+	ctx       context.Context
+	stop      context.CancelCauseFunc
+	loops     context.Context
+	stopLoops context.CancelCauseFunc
 }
 
 // run is one exec in flight.
@@ -78,17 +96,23 @@ type run struct {
 	log    *outputLog
 }
 
-var errKilled = errors.New("killed on request")
+// Causes of an exec's end other than its command's.
+var (
+	// errKilled: Kill ended it.
+	errKilled = errors.New("killed on request")
+	// errShutdown: Close ended it once its grace was over.
+	errShutdown = errors.New("computerd is shutting down")
+)
 
 func (r *Runner) defaults() {
 	if r.DefaultTimeout <= 0 {
-		r.DefaultTimeout = 10 * time.Minute
+		r.DefaultTimeout = DefaultTimeout
 	}
 	if r.MaxTimeout <= 0 {
-		r.MaxTimeout = 24 * time.Hour
+		r.MaxTimeout = MaxTimeout
 	}
 	if r.OutputRetention <= 0 {
-		r.OutputRetention = 24 * time.Hour
+		r.OutputRetention = OutputRetention
 	}
 	if r.Log == nil {
 		r.Log = slog.New(slog.DiscardHandler)
@@ -101,11 +125,14 @@ func (r *Runner) defaults() {
 func (r *Runner) outputPath(id string) string { return filepath.Join(r.Dir, "output", id+".ndjson") }
 func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt", id) }
 
-// Recover cleans up after a previous process that died: it removes its
+// Open cleans up after a previous process that died: it removes its
 // containers and stale mounts, commits what its execs had written as
 // interrupted revisions (fusefs.Recover), and marks their journal records
-// interrupted. Call it once at start-up, before Start.
-func (r *Runner) Recover(ctx context.Context) error {
+// interrupted. Then it starts the runner's background loops (output
+// pruning; on an executor, the pending pushes). Call it once, before
+// Start; when it fails nothing of the runner is left running. Close ends
+// what it started.
+func (r *Runner) Open(ctx context.Context) error {
 	r.defaults()
 	for _, sub := range []string{"mnt", "output", "spool"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir, sub), 0o700); err != nil {
@@ -128,14 +155,10 @@ func (r *Runner) Recover(ctx context.Context) error {
 		os.Remove(dir)
 	}
 	var recovered []fusefs.Recovered
-	bg, stop := context.WithCancel(context.Background())
-	r.stopBg = stop
-	go r.pruneLoop(bg)
 	if r.Remote != nil {
 		if err := r.recoverRemote(ctx); err != nil {
 			return fmt.Errorf("recover drafts: %w", err)
 		}
-		go r.pushPending(bg)
 	} else if recovered, err = fusefs.Recover(ctx, r.Store); err != nil {
 		return fmt.Errorf("recover drafts: %w", err)
 	}
@@ -164,6 +187,17 @@ func (r *Runner) Recover(ctx context.Context) error {
 		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
 	}
 	r.pruneOutput()
+
+	// Execs and loops outlive the call that opens the runner (a signal
+	// that cancels it starts a graceful shutdown, in which they go on):
+	// only Close ends them.
+	r.ctx, r.stop = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.loops, r.stopLoops = context.WithCancelCause(r.ctx)
+	r.group = &errgroup.Group{}
+	r.group.Go(func() error { r.pruneLoop(r.loops); return nil })
+	if r.Remote != nil {
+		r.group.Go(func() error { r.pushPending(r.loops); return nil })
+	}
 	return nil
 }
 
@@ -216,11 +250,8 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		envNames = append(envNames, k)
 	}
 	slices.Sort(envNames)
-	r.mu.Lock()
-	closing := r.closing
-	r.mu.Unlock()
-	if closing {
-		return core.Exec{}, fmt.Errorf("exec: computerd is shutting down: %w", core.ErrClosed)
+	if r.isClosing() {
+		return core.Exec{}, errClosing
 	}
 	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
@@ -231,20 +262,26 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	}
 	out, err := createOutputLog(r.outputPath(rec.ID))
 	if err != nil {
-		r.fail(rec, err)
+		r.fail(ctx, rec, err)
 		return rec, err
 	}
-	rctx, cancel := context.WithCancelCause(context.Background())
-	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.mu.Lock()
+	if r.closing || r.group == nil {
+		// Close began after the check above: it waits for no exec it has
+		// not seen, so this one does not start.
+		r.mu.Unlock()
+		out.finish(r.fail(ctx, rec, errClosing))
+		return rec, errClosing
+	}
+	rctx, cancel := context.WithCancelCause(r.ctx)
+	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.running[rec.ID] = ru
-	r.wg.Add(1)
-	r.mu.Unlock()
+	r.execs.Add(1)
 	if r.Metrics != nil {
 		r.Metrics.ExecsRunning.Inc()
 	}
-	go func() {
-		defer r.wg.Done()
+	r.group.Go(func() error {
+		defer r.execs.Done()
 		defer cancel(nil)
 		final, cleanup := r.execute(rctx, rec, req, timeout, out)
 		out.finish(final) // the answer goes out before the mount is taken down
@@ -257,14 +294,26 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		if cleanup != nil {
 			cleanup()
 		}
-	}()
+		return nil
+	})
+	r.mu.Unlock()
 	return rec, nil
 }
 
+// errClosing refuses an exec that arrives while the runner closes.
+var errClosing = fmt.Errorf("exec: computerd is shutting down: %w", core.ErrClosed)
+
+func (r *Runner) isClosing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closing
+}
+
 // fail records an exec that could not run.
-func (r *Runner) fail(e core.Exec, err error) core.Exec {
+func (r *Runner) fail(ctx context.Context, e core.Exec, err error) core.Exec {
 	e.State, e.Error, e.Ended = core.ExecFailed, err.Error(), r.Store.Now()
-	if uerr := r.Store.UpdateExec(context.Background(), e); uerr != nil {
+	// The record must reach the journal even if the exec's context ended.
+	if uerr := r.Store.UpdateExec(context.WithoutCancel(ctx), e); uerr != nil {
 		r.Log.Error("journal", "id", e.ID, "err", uerr)
 	}
 	r.observe(e)
@@ -287,7 +336,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	begin := time.Now()
 	dir := r.mountPath(e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return r.fail(e, err), nil
+		return r.fail(ctx, e, err), nil
 	}
 	opt := fusefs.Options{
 		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
@@ -301,7 +350,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	m, err := fusefs.Open(dir, opt)
 	if err != nil {
 		os.Remove(dir)
-		return r.fail(e, fmt.Errorf("mount workspace: %w", err)), nil
+		return r.fail(ctx, e, fmt.Errorf("mount workspace: %w", err)), nil
 	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -323,8 +372,9 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		}
 		r.Metrics.ExecContainers.WithLabelValues(kind).Inc()
 	}
-	// The command is over: commit what it wrote as one revision.
-	cctx := context.Background()
+	// The command is over: commit what it wrote as one revision, even
+	// when it ended because its context did (kill, shutdown).
+	cctx := context.WithoutCancel(ctx)
 	rev, changed, commitErr := m.Commit(cctx)
 	var conflict *fusefs.ConflictError
 	var storeConflict *core.ConflictError
@@ -466,28 +516,29 @@ func (r *Runner) Follow(ctx context.Context, id string, fn func(Event) error) er
 	return replayLog(ctx, r.outputPath(id), rec, fn)
 }
 
-// Shutdown refuses new execs and waits for running ones until ctx ends;
-// then it kills them (each still commits what it wrote).
-func (r *Runner) Shutdown(ctx context.Context) {
+// Close refuses new execs, stops the background loops, and waits for
+// running execs until ctx ends; then it kills them (each still commits
+// what it wrote). It returns once every goroutine of the runner has
+// ended. Closing a runner that was not opened does nothing.
+func (r *Runner) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
+	group := r.group
 	r.mu.Unlock()
-	if r.stopBg != nil {
-		r.stopBg()
+	if group == nil {
+		return nil
 	}
+	r.stopLoops(errShutdown)
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	r.group.Go(func() error { r.execs.Wait(); close(done); return nil })
 	select {
 	case <-done:
-		return
 	case <-ctx.Done():
+		r.stop(errShutdown) // every exec's context ends with it
 	}
-	r.mu.Lock()
-	for _, ru := range r.running {
-		ru.cancel(errors.New("computerd is shutting down"))
-	}
-	r.mu.Unlock()
-	<-done
+	err := group.Wait()
+	r.stop(errShutdown)
+	return err
 }
 
 // outputLog is an exec's event log: a file, plus a way for followers to
