@@ -141,6 +141,12 @@ func errorResult(err error) Result {
 		}
 		return errResult(code, msg)
 	}
+	// A failure the client found before sending (a path that escapes the
+	// workspace) carries a core sentinel; anything else never reached
+	// the server.
+	if k := wire.KindOf(err); k.Code != wire.CodeInternal {
+		return errResult(k.Code, err.Error())
+	}
 	return errResult(wire.CodeUnavailable, err.Error())
 }
 

@@ -158,6 +158,7 @@ func TestCallErrors(t *testing.T) {
 		{"unknown field", "ls", `{"dir": "d"}`, wire.CodeInvalid, "dir"},
 		{"empty command", "exec", `{"command": "  "}`, wire.CodeInvalid, "empty command"},
 		{"no command", "exec", ``, wire.CodeInvalid, "empty command"},
+		{"path escapes", "read", `{"path": "../etc/passwd"}`, wire.CodeInvalidPath, "invalid path"},
 		{"server down", "ls", ``, wire.CodeUnavailable, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
