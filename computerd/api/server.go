@@ -328,8 +328,22 @@ func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.
 // answerRevision reports a committed revision.
 func (s *Server) answerRevision(w http.ResponseWriter, status int, rev core.Revision) error {
 	s.Metrics.Committed(rev)
+	return answerReplay(w, status, rev)
+}
+
+// answerReplay reports the revision a retried mutation's key holds: it
+// committed nothing now, so it counts no revision.
+func answerReplay(w http.ResponseWriter, status int, rev core.Revision) error {
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
 	return writeJSON(w, status, rev)
+}
+
+// answerCommit reports what CommitOnce answered.
+func (s *Server) answerCommit(w http.ResponseWriter, rev core.Revision, replayed bool) error {
+	if replayed {
+		return answerReplay(w, http.StatusOK, rev)
+	}
+	return s.answerRevision(w, http.StatusOK, rev)
 }
 
 // drain discards the rest of a body so a keep-alive connection stays usable.
