@@ -142,12 +142,19 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 	// sent as begun, to be sent again when it ends.
 	sent, open := int(after), 0
 	for {
+		// The run's state is read before its steps: once it is final no
+		// step changes, so this pass sends the rest, and a step left open
+		// (its driver died, the run was ended by another) goes as it stands.
+		if run, err = s.Store.Run(r.Context(), run.ID); err != nil {
+			return err
+		}
+		final := run.State.Final()
 		steps, err := s.Store.Steps(r.Context(), run.ID, sent)
 		if err != nil {
 			return err
 		}
 		for _, st := range steps {
-			if st.State != core.StepDone {
+			if st.State != core.StepDone && !final {
 				if st.Seq != open {
 					if err := enc.Encode(st); err != nil {
 						return nil
@@ -156,8 +163,10 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 				}
 				break // later steps wait until this one ends
 			}
-			if err := enc.Encode(st); err != nil {
-				return nil
+			if st.State == core.StepDone || st.Seq != open {
+				if err := enc.Encode(st); err != nil {
+					return nil
+				}
 			}
 			sent = st.Seq
 		}
@@ -167,13 +176,7 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		if flusher != nil {
 			flusher.Flush()
 		}
-		if !follow {
-			return nil
-		}
-		if run, err = s.Store.Run(r.Context(), run.ID); err != nil {
-			return err
-		}
-		if run.State.Final() && sent >= run.Steps {
+		if !follow || final {
 			return nil
 		}
 		select {
