@@ -331,8 +331,11 @@ func logTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if err := decode(c.Args, &a); err != nil {
 		return Result{}, err
 	}
-	if a.Limit <= 0 || a.Limit > maxLogEntries {
+	switch {
+	case a.Limit <= 0:
 		a.Limit = 20
+	case a.Limit > maxLogEntries:
+		a.Limit = maxLogEntries // as read clamps its lines: more asked for, the most given
 	}
 	revs, err := s.Client.Log(ctx, s.Workspace, a.Limit)
 	if err != nil {
