@@ -359,3 +359,37 @@ func TestToolExec(t *testing.T) {
 		}
 	})
 }
+
+// log answers 20 revisions by default, as many as asked up to 100, and
+// the most it may when asked for more.
+func TestToolLogLimit(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cl := client.New(e.d.URL(), e.token)
+	for i := range 30 {
+		if _, err := cl.Write(context.Background(), "w", "f", strings.NewReader(fmt.Sprint(i)), client.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := int(e.head("w"))
+	set := e.toolSet("w")
+	for _, tc := range []struct {
+		name, args string
+		want       int
+	}{
+		{"default", `{}`, 20},
+		{"some", `{"limit": 5}`, 5},
+		{"more than the default", `{"limit": 25}`, 25},
+		{"over the maximum", `{"limit": 500}`, min(head, 100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustCall(t, set, "log", tc.args)
+			if got := strings.Count(res.Text, "\n"); res.IsError || got != tc.want {
+				t.Errorf("log %s: %d rows (error %v), want %d", tc.args, got, res.IsError, tc.want)
+			}
+			if first := fmt.Sprintf("%d\t", head); !strings.HasPrefix(res.Text, first) {
+				t.Errorf("log %s does not start at the head %d: %q", tc.args, head, res.Text[:min(len(res.Text), 40)])
+			}
+		})
+	}
+}
