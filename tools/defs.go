@@ -236,10 +236,13 @@ func grepTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	var b strings.Builder
-	lines := 0
+	lines, cut := 0, false
+	// One match more than is shown tells a cut answer from one that
+	// happens to fill the limit.
 	err := s.Client.Grep(ctx, s.Workspace, client.GrepOptions{Pattern: a.Pattern, Path: a.Path, Glob: a.Glob,
-		IgnoreCase: a.IgnoreCase, Context: min(max(a.Context, 0), 10), Max: maxGrepLines}, func(m wire.Match) error {
+		IgnoreCase: a.IgnoreCase, Context: min(max(a.Context, 0), 10), Max: maxGrepLines + 1}, func(m wire.Match) error {
 		if lines >= maxGrepLines {
+			cut = true
 			return nil
 		}
 		lines++
@@ -259,7 +262,7 @@ func grepTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if lines == 0 {
 		return Result{Text: "(no matches)"}, nil
 	}
-	if lines >= maxGrepLines {
+	if cut {
 		b.WriteString("[stopped at 500 lines; narrow the search]\n")
 	}
 	return Result{Text: b.String()}, nil
