@@ -393,3 +393,40 @@ func TestToolLogLimit(t *testing.T) {
 		})
 	}
 }
+
+// grep answers at most 500 lines, and says it stopped only when there was
+// more to say.
+func TestToolGrepLimit(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	e.write("w", "five-hundred", strings.Repeat("hit\n", 500))
+	e.write("w", "six-hundred", strings.Repeat("hit\n", 600))
+	set := e.toolSet("w")
+	for _, tc := range []struct {
+		name, args string
+		rows       int
+		cut        bool
+	}{
+		{"exactly 500", `{"pattern": "hit", "path": "five-hundred"}`, 500, false},
+		{"600", `{"pattern": "hit", "path": "six-hundred"}`, 500, true},
+		{"both", `{"pattern": "hit"}`, 500, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustCall(t, set, "grep", tc.args)
+			rows := strings.Split(strings.TrimSuffix(res.Text, "\n"), "\n")
+			cut := strings.HasPrefix(rows[len(rows)-1], "[stopped at 500 lines")
+			if cut {
+				rows = rows[:len(rows)-1]
+			}
+			if res.IsError || len(rows) != tc.rows || cut != tc.cut {
+				t.Errorf("grep %s: %d rows, cut %v (error %v); want %d rows, cut %v", tc.args, len(rows), cut, res.IsError, tc.rows, tc.cut)
+			}
+			for _, r := range rows {
+				if !strings.HasSuffix(r, ":hit") {
+					t.Errorf("row %q", r)
+					break
+				}
+			}
+		})
+	}
+}
