@@ -133,12 +133,20 @@ func readTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	defer r.Close()
+	// The answer stops before a line that would take it over MaxResult,
+	// saying where to read on: clipped in the middle, a model would see
+	// neither a whole last line nor where the rest begins.
 	var b strings.Builder
-	sc := bufio.NewScanner(io.LimitReader(r, MaxResult*4))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxResult)
 	n := a.Offset
 	for sc.Scan() {
-		fmt.Fprintf(&b, "%d\t%s\n", n, sc.Text())
+		row := fmt.Sprintf("%d\t%s\n", n, sc.Text())
+		if b.Len()+len(row) > MaxResult-128 && n > a.Offset {
+			fmt.Fprintf(&b, "[stopped before line %d to keep the answer short; read on with offset %d]\n", n, n)
+			return Result{Text: b.String()}, nil
+		}
+		b.WriteString(row)
 		n++
 	}
 	if err := sc.Err(); err != nil {
