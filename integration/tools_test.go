@@ -430,3 +430,47 @@ func TestToolGrepLimit(t *testing.T) {
 		})
 	}
 }
+
+// A read whose lines outgrow one answer stops at a whole line and says
+// where to read on; reading on from there gives the next lines, so a
+// model can page through any text file.
+func TestToolReadPaging(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	line := strings.Repeat("x", 99)
+	var file strings.Builder
+	for i := 1; i <= 2000; i++ {
+		fmt.Fprintf(&file, "%04d%s\n", i, line)
+	}
+	e.write("w", "wide.txt", file.String())
+	set := e.toolSet("w")
+	next, pages := 1, 0
+	for next <= 2000 && pages < 100 {
+		pages++
+		res := mustCall(t, set, "read", fmt.Sprintf(`{"path": "wide.txt", "offset": %d}`, next))
+		if res.IsError || len(res.Text) > tools.MaxResult {
+			t.Fatalf("page %d: error %v, %d bytes", pages, res.IsError, len(res.Text))
+		}
+		rows := strings.Split(strings.TrimSuffix(res.Text, "\n"), "\n")
+		last := rows[len(rows)-1]
+		more := strings.HasPrefix(last, "[")
+		if more {
+			rows = rows[:len(rows)-1]
+		}
+		for _, r := range rows {
+			if want := fmt.Sprintf("%d\t%04d%s", next, next, line); r != want {
+				t.Fatalf("page %d: row %q, want %q", pages, r[:min(len(r), 20)], want[:20])
+			}
+			next++
+		}
+		if more != (next <= 2000) {
+			t.Fatalf("page %d ends %q with line %d next", pages, last, next)
+		}
+		if more && !strings.Contains(last, fmt.Sprintf("offset %d", next)) {
+			t.Fatalf("page %d: %q does not say to read on at offset %d", pages, last, next)
+		}
+	}
+	if next != 2001 || pages < 2 {
+		t.Errorf("paged to line %d in %d pages", next, pages)
+	}
+}
