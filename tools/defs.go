@@ -287,7 +287,9 @@ func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if a.Timeout == "" {
 		a.Timeout = DefaultExecTimeout.String()
 	}
-	var out strings.Builder
+	// All the output streams through, so a long one keeps its true end
+	// (where the error usually is).
+	out := &Clipper{Max: MaxResult - 320}
 	rec, err := s.Client.Exec(ctx, s.Workspace, wire.ExecRequest{Argv: []string{"sh", "-c", a.Command}, Cwd: a.Cwd, Timeout: a.Timeout, Key: c.Key},
 		func(ev wire.ExecEvent) error {
 			if ev.Type != "output" {
@@ -297,9 +299,7 @@ func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
 			if c.Output != nil {
 				c.Output(ev.Stream, data)
 			}
-			if out.Len() < MaxResult*8 {
-				out.Write(data)
-			}
+			out.Write(data)
 			return nil
 		})
 	if err != nil {
@@ -385,12 +385,13 @@ func diffTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	defer r.Close()
-	text, err := io.ReadAll(io.LimitReader(r, MaxResult*2))
-	if err != nil {
+	// The whole diff streams through, so a long one keeps its true end.
+	text := &Clipper{Max: MaxResult - 64}
+	if _, err := io.Copy(text, r); err != nil {
 		return Result{}, err
 	}
-	if len(text) == 0 {
+	if text.Len() == 0 {
 		return Result{Text: "(no changes)"}, nil
 	}
-	return Result{Text: string(text)}, nil
+	return Result{Text: text.String()}, nil
 }

@@ -242,3 +242,43 @@ func TestClip(t *testing.T) {
 		})
 	}
 }
+
+// A Clipper fed in pieces of any size answers what Clip of the whole does.
+func TestClipper(t *testing.T) {
+	long := strings.Repeat("0123456789", 1000)
+	runes := strings.Repeat("é€😀", 500)
+	for _, tc := range []struct {
+		name  string
+		text  string
+		max   int
+		piece int
+	}{
+		{"short", "hello", 100, 1},
+		{"exactly max", long[:100], 100, 7},
+		{"one over max", long[:101], 100, 7},
+		{"ascii in bytes", long, 1000, 1},
+		{"ascii in big pieces", long, 1000, 4096},
+		{"multibyte", runes, 1001, 3},
+		{"multibyte odd", runes, 999, 5},
+		{"tiny max", long, 3, 2},
+		{"zero max", long, 0, 10},
+		{"much longer than max", strings.Repeat(long, 50), 512, 999},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &tools.Clipper{Max: tc.max}
+			for rest := tc.text; rest != ""; {
+				k := min(tc.piece, len(rest))
+				if n, err := c.Write([]byte(rest[:k])); n != k || err != nil {
+					t.Fatalf("Write: %d, %v", n, err)
+				}
+				rest = rest[k:]
+			}
+			if got, want := c.String(), tools.Clip(tc.text, tc.max); got != want {
+				t.Errorf("got\n%q\nwant\n%q", got, want)
+			}
+			if got, want := c.Len(), len(tc.text); got != want {
+				t.Errorf("Len %d, want %d", got, want)
+			}
+		})
+	}
+}
