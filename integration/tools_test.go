@@ -336,13 +336,13 @@ func TestToolExec(t *testing.T) {
 
 	t.Run("long output keeps head and tail", func(t *testing.T) {
 		var streamed int
-		res, err := set.Call(ctx, "exec", tools.Call{Args: json.RawMessage(`{"command": "seq 1 30000"}`),
+		res, err := set.Call(ctx, "exec", tools.Call{Args: json.RawMessage(`{"command": "seq 1 100000"}`),
 			Output: func(_ string, data []byte) { streamed += len(data) }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var full strings.Builder
-		for i := 1; i <= 30000; i++ {
+		for i := 1; i <= 100000; i++ {
 			fmt.Fprintf(&full, "%d\n", i)
 		}
 		if streamed != full.Len() {
@@ -351,7 +351,7 @@ func TestToolExec(t *testing.T) {
 		if res.IsError || len(res.Text) > tools.MaxResult {
 			t.Fatalf("exec seq: error %v, %d bytes of text (max %d)", res.IsError, len(res.Text), tools.MaxResult)
 		}
-		if !strings.HasPrefix(res.Text, "1\n2\n3\n") || !strings.HasSuffix(res.Text, "29999\n30000\n\n[exit 0]") || !strings.Contains(res.Text, " bytes cut ...]") {
+		if !strings.HasPrefix(res.Text, "1\n2\n3\n") || !strings.HasSuffix(res.Text, "99999\n100000\n\n[exit 0]") || !strings.Contains(res.Text, " bytes cut ...]") {
 			t.Errorf("clipped text: head %q ... tail %q", res.Text[:40], res.Text[len(res.Text)-40:])
 		}
 		if len(res.Text) < tools.MaxResult/2 {
@@ -472,5 +472,33 @@ func TestToolReadPaging(t *testing.T) {
 	}
 	if next != 2001 || pages < 2 {
 		t.Errorf("paged to line %d in %d pages", next, pages)
+	}
+}
+
+// A diff too long for one answer keeps its head and its true end around
+// the cut marker: never the middle passed off as the end.
+func TestToolDiffLong(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	var old, new strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&old, "line %05d old\n", i)
+		fmt.Fprintf(&new, "line %05d new\n", i)
+	}
+	e.write("w", "f", old.String())
+	from := e.head("w")
+	e.write("w", "f", new.String())
+	res := mustCall(t, e.toolSet("w"), "diff", fmt.Sprintf(`{"from": %d}`, from))
+	if res.IsError || len(res.Text) > tools.MaxResult+64 {
+		t.Fatalf("diff: error %v, %d bytes", res.IsError, len(res.Text))
+	}
+	if !strings.HasPrefix(res.Text, "diff --git a/f b/f\n--- a/f\n+++ b/f\n") {
+		t.Errorf("diff head %q", res.Text[:min(40, len(res.Text))])
+	}
+	if !strings.HasSuffix(res.Text, "+line 04999 new\n") || !strings.Contains(res.Text, " bytes cut ...]") {
+		t.Errorf("the diff's tail is not its end: %q", res.Text[len(res.Text)-80:])
+	}
+	if stat := mustCall(t, e.toolSet("w"), "diff", fmt.Sprintf(`{"from": %d, "stat": true}`, from)); !strings.Contains(stat.Text, "10000 +") {
+		t.Errorf("stat: %q", stat.Text)
 	}
 }
