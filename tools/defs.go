@@ -182,6 +182,9 @@ func editTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if res.Replayed {
+		return Result{Text: fmt.Sprintf("edited %s already (a retry of the same call): revision %d", a.Path, res.Revision.Rev), Rev: res.Revision.Rev}, nil
+	}
 	return Result{Text: fmt.Sprintf("edited %s (%d replacements): revision %d", a.Path, res.Replacements, res.Revision.Rev), Rev: res.Revision.Rev}, nil
 }
 
