@@ -395,4 +395,7 @@ func TestKeyTools(t *testing.T) {
 	if e2.Rev != e1.Rev || e.tree("w")["n.txt"] != "11 11" || e.head("w") != e1.Rev {
 		t.Errorf("keyed edit retried: revisions %d, %d; n.txt %q; head %d", e1.Rev, e2.Rev, e.tree("w")["n.txt"], e.head("w"))
 	}
+	if strings.Contains(e2.Text, "0 replacements") || !strings.Contains(e2.Text, "already") {
+		t.Errorf("the retried edit tells the model %q, want that it was applied already", e2.Text)
+	}
 }
