@@ -106,9 +106,16 @@ func TestRunLifecycle(t *testing.T) {
 	if again := mustBegin(t, cl, "d1", run.ID, 1, ""); !again.Started.Equal(st.Started) || again.State != core.StepStarted {
 		t.Errorf("step 1 begun twice: %+v, then %+v", st, again)
 	}
-	done := mustEnd(t, cl, "d1", run.ID, 1, "I will run the tests")
+	calls := []core.ToolCall{{ID: "call-2", Name: "exec", Args: json.RawMessage(`{"command":"true"}`)}, {ID: "call-3", Name: "read", Args: json.RawMessage(`{"path":"f"}`)}}
+	done, err := cl.EndStep(ctx, "d1", core.Step{Run: run.ID, Seq: 1, Text: "I will run the tests", Calls: calls, InputTokens: 10, OutputTokens: 5, Cost: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if done.State != core.StepDone || done.Text != "I will run the tests" || done.Ended.IsZero() || done.InputTokens != 10 {
 		t.Fatalf("ended step: %+v", done)
+	}
+	if !reflect.DeepEqual(done.Calls, calls) {
+		t.Errorf("recorded calls %+v, want %+v", done.Calls, calls)
 	}
 	// Ending it again changes nothing, its tokens included.
 	if again, err := cl.EndStep(ctx, "d1", core.Step{Run: run.ID, Seq: 1, Text: "other", InputTokens: 1000}); err != nil || again.Text != done.Text {
