@@ -307,6 +307,9 @@ func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo 
 		Key: r.Header.Get(wire.HeaderIdempotencyKey)}
 }
 
+// maxKeyLen bounds an idempotency key, for mutations and execs alike.
+const maxKeyLen = 256
+
 // replayed finds the revision an earlier mutation of ws with idempotency
 // key committed: a retry answers it and applies
 // nothing again. (The commit also checks, in its transaction, for two
@@ -315,8 +318,8 @@ func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.
 	if key == "" {
 		return core.Revision{}, false, nil
 	}
-	if len(key) > 256 {
-		return core.Revision{}, false, badRequest("idempotency key: at most 256 bytes")
+	if len(key) > maxKeyLen {
+		return core.Revision{}, false, badRequest("idempotency key: at most %d bytes", maxKeyLen)
 	}
 	rev, err := s.Store.RevisionByKey(r.Context(), ws.ID, key)
 	if errors.Is(err, core.ErrNotFound) {
