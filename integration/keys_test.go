@@ -385,6 +385,21 @@ func TestKeyTools(t *testing.T) {
 		t.Errorf("a new key: exec %s (first %s), count.txt %q, %d execs", again.ExecID, first.ExecID, e.tree("w")["count.txt"], execs())
 	}
 
+	// A key over 256 bytes is refused before anything runs, as for writes.
+	long := strings.Repeat("k", 300)
+	for _, tool := range []string{"exec", "write"} {
+		res, err := set.Call(ctx, tool, tools.Call{Args: json.RawMessage(argsFor(tool)), Key: long})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || res.Code != wire.CodeInvalid {
+			t.Errorf("%s with a 300-byte key: %+v, want invalid", tool, res)
+		}
+	}
+	if execs() != 2 || e.tree("w")["count.txt"] != "ran\nran\n" {
+		t.Errorf("a refused key ran: %d execs, count.txt %q", execs(), e.tree("w")["count.txt"])
+	}
+
 	w1 := call("write", `{"path": "n.txt", "content": "1 1"}`, "write-1")
 	w2 := call("write", `{"path": "n.txt", "content": "2 2"}`, "write-1")
 	if w2.Rev != w1.Rev || e.tree("w")["n.txt"] != "1 1" {
@@ -398,4 +413,12 @@ func TestKeyTools(t *testing.T) {
 	if strings.Contains(e2.Text, "0 replacements") || !strings.Contains(e2.Text, "already") {
 		t.Errorf("the retried edit tells the model %q, want that it was applied already", e2.Text)
 	}
+}
+
+// argsFor is a valid call of tool for TestKeyTools' refused keys.
+func argsFor(tool string) string {
+	if tool == "exec" {
+		return `{"command": "echo ran >> count.txt"}`
+	}
+	return `{"path": "k.txt", "content": "x"}`
 }
