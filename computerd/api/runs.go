@@ -141,6 +141,10 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 	// sent: the steps already sent in their final state; open: the one
 	// sent as begun, to be sent again when it ends.
 	sent, open := int(after), 0
+	// caughtUp: the steps recorded when the follow began went out; a
+	// step that later began and ended between two looks is sent begun
+	// first, as a follower would have seen it looking sooner.
+	caughtUp := false
 	for {
 		// The run's state is read before its steps: once it is final no
 		// step changes, so this pass sends the rest, and a step left open
@@ -163,6 +167,11 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 				}
 				break // later steps wait until this one ends
 			}
+			if follow && caughtUp && st.State == core.StepDone && st.Seq != open {
+				if err := enc.Encode(begunView(st)); err != nil {
+					return nil
+				}
+			}
 			if st.State == core.StepDone || st.Seq != open {
 				if err := enc.Encode(st); err != nil {
 					return nil
@@ -170,6 +179,7 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 			}
 			sent = st.Seq
 		}
+		caughtUp = true
 		if err := bw.Flush(); err != nil {
 			return nil
 		}
@@ -185,6 +195,12 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		case <-time.After(followPoll):
 		}
 	}
+}
+
+// begunView is step st as it was recorded when it began: what it is,
+// without its result.
+func begunView(st core.Step) core.Step {
+	return core.Step{Run: st.Run, Seq: st.Seq, Kind: st.Kind, State: core.StepStarted, Tool: st.Tool, CallID: st.CallID, Args: st.Args, Started: st.Started}
 }
 
 // stepBody reads a step record for run {id}, whose seq and run it fixes.
