@@ -228,6 +228,10 @@ func TestRunFollow(t *testing.T) {
 			switch {
 			case ev.Seq == 0:
 				_, err = cl.EndRun(ctx, run.ID, "d", core.RunDone, "")
+			case ev.State == "both":
+				if _, err = cl.BeginStep(ctx, "d", core.Step{Run: run.ID, Seq: ev.Seq, Kind: core.StepTool, Tool: "read", Args: json.RawMessage(`{"path":"f"}`)}); err == nil {
+					_, err = cl.EndStep(ctx, "d", core.Step{Run: run.ID, Seq: ev.Seq, Text: "x"})
+				}
 			case ev.State == core.StepStarted:
 				_, err = cl.BeginStep(ctx, "d", core.Step{Run: run.ID, Seq: ev.Seq, Kind: core.StepModel})
 			default:
@@ -245,6 +249,11 @@ func TestRunFollow(t *testing.T) {
 			next(stepEvent{seq, state})
 		}
 	}
+	// A step that begins and ends between two looks of the server is
+	// still seen to begin, then to end.
+	step <- stepEvent{4, "both"}
+	next(stepEvent{4, core.StepStarted})
+	next(stepEvent{4, core.StepDone})
 	select {
 	case err := <-followed:
 		t.Fatalf("follow returned (%v) while the run goes on", err)
@@ -275,7 +284,7 @@ func TestRunFollow(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []stepEvent{{2, core.StepDone}, {3, core.StepDone}}; !reflect.DeepEqual(got, want) {
+	if want := []stepEvent{{2, core.StepDone}, {3, core.StepDone}, {4, core.StepDone}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("steps after 1: %+v, want %+v", got, want)
 	}
 	// Following a run that already ended returns at once with its steps.
@@ -283,7 +292,7 @@ func TestRunFollow(t *testing.T) {
 	if err := cl.FollowRun(ctx, run.ID, 0, true, func(st core.Step) error {
 		got = append(got, stepEvent{st.Seq, st.State})
 		return nil
-	}); err != nil || len(got) != 3 {
+	}); err != nil || len(got) != 4 {
 		t.Errorf("follow of an ended run: %+v %v", got, err)
 	}
 }
