@@ -15,9 +15,17 @@ import (
 // one new revision. If any op fails the store is unchanged and the error,
 // a *PathError, names the op and path.
 func (s *Store) Commit(ctx context.Context, ws int64, b *core.Batch, info CommitInfo) (core.Revision, error) {
+	rev, _, err := s.CommitOnce(ctx, ws, b, info)
+	return rev, err
+}
+
+// CommitOnce is Commit that also says whether info.Key was already held
+// by a revision, which it then returns having applied nothing: a caller
+// racing its own retry learns which of them applied the batch.
+func (s *Store) CommitOnce(ctx context.Context, ws int64, b *core.Batch, info CommitInfo) (rev core.Revision, replayed bool, err error) {
 	ops, err := cleanOps(b.Ops)
 	if err != nil {
-		return core.Revision{}, err
+		return core.Revision{}, false, err
 	}
 	return s.commit(ctx, ws, info, ops, func(t *wtx) error {
 		for _, op := range ops {
@@ -29,18 +37,19 @@ func (s *Store) Commit(ctx context.Context, ws int64, b *core.Batch, info Commit
 	})
 }
 
-// commit runs fn in a new revision of ws, with conflict checking against info.Base.
-func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []core.Op, fn func(*wtx) error) (core.Revision, error) {
+// commit runs fn in a new revision of ws, with conflict checking against
+// info.Base; replayed says info.Key's revision was found and returned.
+func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []core.Op, fn func(*wtx) error) (core.Revision, bool, error) {
 	if len(ops) == 0 {
-		return core.Revision{}, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
+		return core.Revision{}, false, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
 	if s.Shared {
-		return core.Revision{}, errShared
+		return core.Revision{}, false, errShared
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return core.Revision{}, core.ErrClosed
+		return core.Revision{}, false, core.ErrClosed
 	}
 	var t *wtx
 	var replay *core.Revision
@@ -71,16 +80,16 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 		return t.finish(info)
 	})
 	if err != nil {
-		return core.Revision{}, err
+		return core.Revision{}, false, err
 	}
 	if replay != nil {
-		return *replay, nil
+		return *replay, true, nil
 	}
 	rev := t.revision(info)
 	if s.OnCommit != nil {
 		s.OnCommit(ws, rev)
 	}
-	return rev, nil
+	return rev, false, nil
 }
 
 // revision ends the leases of a committed transaction's chunks and

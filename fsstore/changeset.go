@@ -21,7 +21,8 @@ func (s *Store) Apply(ctx context.Context, ws int64, cs *core.Changeset, info Co
 	if info.Base == 0 {
 		info.Base = cs.From
 	}
-	return s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(ops) })
+	rev, _, err := s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(ops) })
+	return rev, err
 }
 
 // removal is an entry a changeset takes away, resolved against the base.

@@ -320,8 +320,10 @@ func (s *Store) Steps(ctx context.Context, run string, after int) ([]core.Step, 
 
 // EndRun records that driver's run ended in state (a final one).
 func (s *Store) EndRun(ctx context.Context, id, driver string, state core.RunState, msg string) (core.Run, error) {
-	if !state.Final() {
-		return core.Run{}, fmt.Errorf("end run in state %q: %w", state, core.ErrInvalidArgument)
+	switch state {
+	case core.RunDone, core.RunFailed, core.RunCancelled, core.RunLimited:
+	default:
+		return core.Run{}, fmt.Errorf("end run in state %q: want done, failed, cancelled or limited: %w", state, core.ErrInvalidArgument)
 	}
 	err := s.write(ctx, func() error {
 		if _, err := s.drivenRun(ctx, id, driver); err != nil {

@@ -133,12 +133,20 @@ func readTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	defer r.Close()
+	// The answer stops before a line that would take it over MaxResult,
+	// saying where to read on: clipped in the middle, a model would see
+	// neither a whole last line nor where the rest begins.
 	var b strings.Builder
-	sc := bufio.NewScanner(io.LimitReader(r, MaxResult*4))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxResult)
 	n := a.Offset
 	for sc.Scan() {
-		fmt.Fprintf(&b, "%d\t%s\n", n, sc.Text())
+		row := fmt.Sprintf("%d\t%s\n", n, sc.Text())
+		if b.Len()+len(row) > MaxResult-128 && n > a.Offset {
+			fmt.Fprintf(&b, "[stopped before line %d to keep the answer short; read on with offset %d]\n", n, n)
+			return Result{Text: b.String()}, nil
+		}
+		b.WriteString(row)
 		n++
 	}
 	if err := sc.Err(); err != nil {
@@ -173,6 +181,9 @@ func editTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	res, err := s.Client.Edit(ctx, s.Workspace, wire.Edit{Path: a.Path, Old: a.Old, New: a.New, All: a.All, Key: c.Key})
 	if err != nil {
 		return Result{}, err
+	}
+	if res.Replayed {
+		return Result{Text: fmt.Sprintf("edited %s already (a retry of the same call): revision %d", a.Path, res.Revision.Rev), Rev: res.Revision.Rev}, nil
 	}
 	return Result{Text: fmt.Sprintf("edited %s (%d replacements): revision %d", a.Path, res.Replacements, res.Revision.Rev), Rev: res.Revision.Rev}, nil
 }
@@ -236,10 +247,13 @@ func grepTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	var b strings.Builder
-	lines := 0
+	lines, cut := 0, false
+	// One match more than is shown tells a cut answer from one that
+	// happens to fill the limit.
 	err := s.Client.Grep(ctx, s.Workspace, client.GrepOptions{Pattern: a.Pattern, Path: a.Path, Glob: a.Glob,
-		IgnoreCase: a.IgnoreCase, Context: min(max(a.Context, 0), 10), Max: maxGrepLines}, func(m wire.Match) error {
+		IgnoreCase: a.IgnoreCase, Context: min(max(a.Context, 0), 10), Max: maxGrepLines + 1}, func(m wire.Match) error {
 		if lines >= maxGrepLines {
+			cut = true
 			return nil
 		}
 		lines++
@@ -259,7 +273,7 @@ func grepTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if lines == 0 {
 		return Result{Text: "(no matches)"}, nil
 	}
-	if lines >= maxGrepLines {
+	if cut {
 		b.WriteString("[stopped at 500 lines; narrow the search]\n")
 	}
 	return Result{Text: b.String()}, nil
@@ -276,7 +290,9 @@ func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if a.Timeout == "" {
 		a.Timeout = DefaultExecTimeout.String()
 	}
-	var out strings.Builder
+	// All the output streams through, so a long one keeps its true end
+	// (where the error usually is).
+	out := &Clipper{Max: MaxResult - 320}
 	rec, err := s.Client.Exec(ctx, s.Workspace, wire.ExecRequest{Argv: []string{"sh", "-c", a.Command}, Cwd: a.Cwd, Timeout: a.Timeout, Key: c.Key},
 		func(ev wire.ExecEvent) error {
 			if ev.Type != "output" {
@@ -286,9 +302,7 @@ func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
 			if c.Output != nil {
 				c.Output(ev.Stream, data)
 			}
-			if out.Len() < MaxResult*8 {
-				out.Write(data)
-			}
+			out.Write(data)
 			return nil
 		})
 	if err != nil {
@@ -331,8 +345,11 @@ func logTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if err := decode(c.Args, &a); err != nil {
 		return Result{}, err
 	}
-	if a.Limit <= 0 || a.Limit > maxLogEntries {
+	switch {
+	case a.Limit <= 0:
 		a.Limit = 20
+	case a.Limit > maxLogEntries:
+		a.Limit = maxLogEntries // as read clamps its lines: more asked for, the most given
 	}
 	revs, err := s.Client.Log(ctx, s.Workspace, a.Limit)
 	if err != nil {
@@ -371,12 +388,13 @@ func diffTool(ctx context.Context, s *Set, c Call) (Result, error) {
 		return Result{}, err
 	}
 	defer r.Close()
-	text, err := io.ReadAll(io.LimitReader(r, MaxResult*2))
-	if err != nil {
+	// The whole diff streams through, so a long one keeps its true end.
+	text := &Clipper{Max: MaxResult - 64}
+	if _, err := io.Copy(text, r); err != nil {
 		return Result{}, err
 	}
-	if len(text) == 0 {
+	if text.Len() == 0 {
 		return Result{Text: "(no changes)"}, nil
 	}
-	return Result{Text: string(text)}, nil
+	return Result{Text: text.String()}, nil
 }

@@ -145,6 +145,12 @@ func errorResult(err error) Result {
 		}
 		return errResult(code, msg)
 	}
+	// A failure the client found before sending (a path that escapes the
+	// workspace) carries a core sentinel; anything else never reached
+	// the server.
+	if k := wire.KindOf(err); k.Code != wire.CodeInternal {
+		return errResult(k.Code, err.Error())
+	}
 	return errResult(wire.CodeUnavailable, err.Error())
 }
 
@@ -162,4 +168,49 @@ func Clip(text string, max int) string {
 		start++
 	}
 	return fmt.Sprintf("%s\n[... %d bytes cut ...]\n%s", text[:end], start-end, text[start:])
+}
+
+// Clipper is Clip for text that streams in: written any number of bytes,
+// String answers what Clip of all of them would, while it holds no more
+// than about twice max of them.
+type Clipper struct {
+	Max   int
+	head  []byte // the first Max/4+1 bytes
+	tail  []byte // bytes after head; only the last Max-Max/4 are needed
+	total int
+}
+
+// Write keeps p's bytes that a clip may need; it never fails.
+func (c *Clipper) Write(p []byte) (int, error) {
+	n := len(p)
+	c.total += n
+	if k := min(len(p), c.Max/4+1-len(c.head)); k > 0 {
+		c.head = append(c.head, p[:k]...)
+		p = p[k:]
+	}
+	c.tail = append(c.tail, p...)
+	if keep := c.Max - c.Max/4; len(c.tail) > 2*keep+(64<<10) {
+		c.tail = append(c.tail[:0], c.tail[len(c.tail)-keep:]...)
+	}
+	return n, nil
+}
+
+// Len is the number of bytes written.
+func (c *Clipper) Len() int { return c.total }
+
+// String is Clip of everything written.
+func (c *Clipper) String() string {
+	if c.total <= c.Max {
+		return string(c.head) + string(c.tail)
+	}
+	end := c.Max / 4
+	for end > 0 && !utf8.RuneStart(c.head[end]) {
+		end--
+	}
+	t := c.tail[len(c.tail)-(c.Max-c.Max/4):]
+	start := 0
+	for start < len(t) && !utf8.RuneStart(t[start]) {
+		start++
+	}
+	return fmt.Sprintf("%s\n[... %d bytes cut ...]\n%s", c.head[:end], c.total-end-(len(t)-start), t[start:])
 }

@@ -58,6 +58,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		}
 		key = h
 	}
+	if len(key) > maxKeyLen {
+		return badRequest("idempotency key: at most %d bytes", maxKeyLen)
+	}
 	rec, err := run.Start(r.Context(), runner.Request{
 		Workspace: ws, Tenant: tenantOf(r.Context()), Argv: req.Argv, Cwd: req.Cwd, Env: req.Env,
 		Stdin: req.Stdin, Key: key, Timeout: timeout,

@@ -105,7 +105,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return s.answerRevision(w, http.StatusOK, rev)
+		return answerReplay(w, http.StatusOK, rev)
 	}
 	var mode fs.FileMode
 	if m := r.URL.Query().Get("mode"); m != "" {
@@ -144,11 +144,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	b.Add(core.Op{Kind: core.OpCreate, Path: p, Mode: mode, Content: content})
-	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, commitInfo(r, base, "write "+p))
+	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &b, commitInfo(r, base, "write "+p))
 	if err != nil {
 		return err
 	}
-	return s.answerRevision(w, http.StatusOK, rev)
+	return s.answerCommit(w, rev, replayed)
 }
 
 // addParents adds a mkdir to b for each missing ancestor of p at the head.
@@ -251,17 +251,17 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return s.answerRevision(w, http.StatusOK, rev)
+		return answerReplay(w, http.StatusOK, rev)
 	}
 	msg := req.Message
 	if msg == "" {
 		msg = describeOps(req.Ops)
 	}
-	rev, err := s.Store.Commit(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
+	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
 	if err != nil {
 		return err
 	}
-	return s.answerRevision(w, http.StatusOK, rev)
+	return s.answerCommit(w, rev, replayed)
 }
 
 // describeOps is the default message of a batch: its first op and a count.
@@ -325,12 +325,15 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	b.Add(core.Op{Kind: core.OpCreate, Path: req.Path, Data: data})
 	info := commitInfo(r, sn.Rev, "edit "+req.Path)
 	info.Key = key
-	rev, err := s.Store.Commit(r.Context(), ws.ID, &b, info)
+	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &b, info)
 	if err != nil {
 		return err
 	}
-	s.Metrics.Committed(rev)
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
+	if replayed { // a retry with the same key committed while this one read the file
+		return writeJSON(w, http.StatusOK, wire.EditResult{Revision: rev, Replayed: true})
+	}
+	s.Metrics.Committed(rev)
 	return writeJSON(w, http.StatusOK, wire.EditResult{Revision: rev, Replacements: n})
 }
 

@@ -135,13 +135,24 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 	// sent: the steps already sent in their final state; open: the one
 	// sent as begun, to be sent again when it ends.
 	sent, open := int(after), 0
+	// caughtUp: the steps recorded when the follow began went out; a
+	// step that later began and ended between two looks is sent begun
+	// first, as a follower would have seen it looking sooner.
+	caughtUp := false
 	for {
+		// The run's state is read before its steps: once it is final no
+		// step changes, so this pass sends the rest, and a step left open
+		// (its driver died, the run was ended by another) goes as it stands.
+		if run, err = s.Store.Run(r.Context(), run.ID); err != nil {
+			return err
+		}
+		final := run.State.Final()
 		steps, err := s.Store.Steps(r.Context(), run.ID, sent)
 		if err != nil {
 			return err
 		}
 		for _, st := range steps {
-			if st.State != core.StepDone {
+			if st.State != core.StepDone && !final {
 				if st.Seq != open {
 					if err := out.add(st); err != nil {
 						return nil
@@ -150,21 +161,23 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 				}
 				break // later steps wait until this one ends
 			}
-			if err := out.add(st); err != nil {
-				return nil
+			if follow && caughtUp && st.State == core.StepDone && st.Seq != open {
+				if err := out.add(begunView(st)); err != nil {
+					return nil
+				}
+			}
+			if st.State == core.StepDone || st.Seq != open {
+				if err := out.add(st); err != nil {
+					return nil
+				}
 			}
 			sent = st.Seq
 		}
+		caughtUp = true
 		if err := out.flush(); err != nil {
 			return nil // the client left
 		}
-		if !follow {
-			return nil
-		}
-		if run, err = s.Store.Run(r.Context(), run.ID); err != nil {
-			return err
-		}
-		if run.State.Final() && sent >= run.Steps {
+		if !follow || final {
 			return nil
 		}
 		select {
@@ -173,6 +186,12 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		case <-time.After(followPoll):
 		}
 	}
+}
+
+// begunView is step st as it was recorded when it began: what it is,
+// without its result.
+func begunView(st core.Step) core.Step {
+	return core.Step{Run: st.Run, Seq: st.Seq, Kind: st.Kind, State: core.StepStarted, Tool: st.Tool, CallID: st.CallID, Args: st.Args, Started: st.Started}
 }
 
 // stepBody reads a step record for run {id}, whose seq and run it fixes.

@@ -319,6 +319,9 @@ func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo 
 		Key: r.Header.Get(wire.HeaderIdempotencyKey)}
 }
 
+// maxKeyLen bounds an idempotency key, for mutations and execs alike.
+const maxKeyLen = 256
+
 // replayed finds the revision an earlier mutation of ws with idempotency
 // key committed: a retry answers it and applies
 // nothing again. (The commit also checks, in its transaction, for two
@@ -327,8 +330,8 @@ func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.
 	if key == "" {
 		return core.Revision{}, false, nil
 	}
-	if len(key) > 256 {
-		return core.Revision{}, false, badRequest("idempotency key: at most 256 bytes")
+	if len(key) > maxKeyLen {
+		return core.Revision{}, false, badRequest("idempotency key: at most %d bytes", maxKeyLen)
 	}
 	rev, err := s.Store.RevisionByKey(r.Context(), ws.ID, key)
 	if errors.Is(err, core.ErrNotFound) {
@@ -340,8 +343,22 @@ func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.
 // answerRevision reports a committed revision.
 func (s *Server) answerRevision(w http.ResponseWriter, status int, rev core.Revision) error {
 	s.Metrics.Committed(rev)
+	return answerReplay(w, status, rev)
+}
+
+// answerReplay reports the revision a retried mutation's key holds: it
+// committed nothing now, so it counts no revision.
+func answerReplay(w http.ResponseWriter, status int, rev core.Revision) error {
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
 	return writeJSON(w, status, rev)
+}
+
+// answerCommit reports what CommitOnce answered.
+func (s *Server) answerCommit(w http.ResponseWriter, rev core.Revision, replayed bool) error {
+	if replayed {
+		return answerReplay(w, http.StatusOK, rev)
+	}
+	return s.answerRevision(w, http.StatusOK, rev)
 }
 
 // drain discards the rest of a body so a keep-alive connection stays usable.
