@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
@@ -279,20 +278,7 @@ func TestAgentModelRetries(t *testing.T) {
 func startLogged(t *testing.T) (*env, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
-	dir := t.TempDir()
-	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
-		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm,
-		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("close daemon: %v", err)
-		}
-	})
-	e := &env{t: t, d: d, dir: dir}
-	e.token = e.newToken("alice")
+	e := startWith(t, daemon.Config{Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	return e, logs
 }
 

@@ -25,9 +25,16 @@ type env struct {
 // start runs a daemon on a random port with a fresh data directory.
 func start(t *testing.T, limits api.Limits) *env {
 	t.Helper()
+	return startWith(t, daemon.Config{Limits: limits})
+}
+
+// startWith is start with more of the daemon's config set.
+func startWith(t *testing.T, cfg daemon.Config) *env {
+	t.Helper()
 	dir := t.TempDir()
-	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Limits: limits,
-		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm})
+	cfg.DataDir, cfg.Listen, cfg.MetricsListen = dir, "127.0.0.1:0", "127.0.0.1:0"
+	cfg.SandboxHelper, cfg.SandboxWarm = sandboxHelper, daemon.DefaultSandboxWarm
+	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
