@@ -305,3 +305,40 @@ func (s *syncBuffer) Len() int {
 	defer s.mu.Unlock()
 	return s.b.Len()
 }
+
+// TestAgentTokenAndTimeLimits: --max-tokens ends a run once its turns have
+// used that many tokens; --timeout ends it once it has run that long.
+func TestAgentTokenAndTimeLimits(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	t.Setenv("OPENAI_API_KEY", agentSecret)
+	srv := modeltest.New(t,
+		modeltest.ToolCalls(modeltest.Usage{Input: 900, Output: 100}, modeltest.Call{Name: "ls", Args: `{}`}),
+		modeltest.Reply("never asked", modeltest.Usage{}),
+	)
+	if _, _, err := e.run(nil, "agent", "run", "--base-url", srv.OpenAIURL(), "--max-tokens", "1000", "w", "look"); err == nil {
+		t.Fatal("a run stopped at its token limit exits 0")
+	}
+	if len(srv.Requests()) != 1 {
+		t.Errorf("%d model requests, want 1", len(srv.Requests()))
+	}
+	srv2 := modeltest.New(t, modeltest.Reply("never asked", modeltest.Usage{}))
+	if _, _, err := e.run(nil, "agent", "run", "--base-url", srv2.OpenAIURL(), "--timeout", "1ns", "w", "look"); err == nil {
+		t.Fatal("a run past its timeout exits 0")
+	}
+	if len(srv2.Requests()) != 0 {
+		t.Errorf("a run past its timeout asked the model %d times", len(srv2.Requests()))
+	}
+	runs := decodeJSON[[]core.Run](t, e.ok("agent", "ls", "w", "--json"))
+	if len(runs) != 2 {
+		t.Fatalf("runs %+v", runs)
+	}
+	for _, r := range runs {
+		if r.State != core.RunLimited {
+			t.Errorf("run %s: %s (%s), want limited", r.Task, r.State, r.Error)
+		}
+	}
+	if !strings.Contains(runs[0].Error, "timeout") || !strings.Contains(runs[1].Error, "max-tokens") {
+		t.Errorf("limits recorded: %q, %q", runs[0].Error, runs[1].Error)
+	}
+}
