@@ -68,9 +68,11 @@ type Server struct {
 	// Authenticate, if set, replaces the store's token check.
 	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
-	mux      *http.ServeMux
-	homeOnce sync.Once
-	home     *syncproto.Home
+	mux        *http.ServeMux
+	homeOnce   sync.Once
+	home       *syncproto.Home
+	mcpOnce    sync.Once
+	mcpHandler http.Handler
 }
 
 // route is one API endpoint: a ServeMux pattern and its handler.
@@ -110,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 		{"GET /v1/workspaces/{ws}/grep", s.grep},
 		{"GET /v1/workspaces/{ws}/export", s.export},
 		{"POST /v1/workspaces/{ws}/attach", s.attach},
+		{"/v1/mcp", s.mcp},
 	}
 	routes = append(routes, s.syncRoutes()...)
 	routes = append(routes, s.execRoutes()...)
