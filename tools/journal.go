@@ -64,8 +64,12 @@ func forkTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Text: fmt.Sprintf("forked %s into %s at revision %d; pass workspace %q to work there", s.Workspace, ws.Name, ws.Head, ws.Name),
-		Rev: ws.Head}, nil
+	at := "its newest revision"
+	if a.Rev > 0 {
+		at = fmt.Sprintf("revision %d", a.Rev)
+	}
+	return Result{Text: fmt.Sprintf("forked %s at %s into %s (whose history starts at its own revision %d); pass workspace %q to work there",
+		s.Workspace, at, ws.Name, ws.Head, ws.Name)}, nil
 }
 
 func restoreTool(ctx context.Context, s *Set, c Call) (Result, error) {
@@ -112,12 +116,13 @@ func execsTool(ctx context.Context, s *Set, c Call) (Result, error) {
 // execStatus is one journal entry's state in a few words.
 func execStatus(e core.Exec) string {
 	var b strings.Builder
-	b.WriteString(string(e.State))
-	if !e.Ended.IsZero() {
-		fmt.Fprintf(&b, " exit %d", e.ExitCode)
-	}
-	if e.TimedOut {
-		b.WriteString(" (timed out)")
+	switch {
+	case e.State == core.ExecExited:
+		fmt.Fprintf(&b, "exit %d", e.ExitCode)
+	case e.Ended.IsZero():
+		b.WriteString(string(e.State))
+	default:
+		fmt.Fprintf(&b, "%s (exit %d)", e.State, e.ExitCode)
 	}
 	fmt.Fprintf(&b, " %s", e.Duration().Round(time.Millisecond))
 	if e.Rev != 0 {

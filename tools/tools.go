@@ -33,7 +33,7 @@ type Tool struct {
 	Mutates bool
 	// Keyed says Call.Key makes the call idempotent (exec, write, edit).
 	Keyed bool
-	run     func(ctx context.Context, s *Set, c Call) (Result, error)
+	run   func(ctx context.Context, s *Set, c Call) (Result, error)
 }
 
 // Call is one call of a tool.
@@ -164,6 +164,11 @@ func errorResult(err error) Result {
 			msg += " (paths: " + strings.Join(we.Paths, ", ") + ")"
 		}
 		return errResult(code, msg)
+	}
+	// A local failure: a sentinel (a path the client refused) keeps its
+	// kind's code; anything else is the server out of reach.
+	if k := wire.KindOf(err); k.Code != wire.CodeInternal {
+		return errResult(k.Code, err.Error())
 	}
 	return errResult(wire.CodeUnavailable, err.Error())
 }
