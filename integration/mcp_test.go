@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -371,5 +372,29 @@ func TestMCPAgentToolsUnchanged(t *testing.T) {
 	}
 	if want := mcpTools[:9]; !slices.Equal(names, want) {
 		t.Fatalf("agent tools %v, want %v", names, want)
+	}
+}
+
+// TestMCPExecStreamUTF8 checks that output cut inside a UTF-8 sequence
+// reaches the client as whole text.
+func TestMCPExecStreamUTF8(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cs, pl := mcpClient(t, e.httpTransport(e.token, "w"))
+	params := &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": `printf 'caf\303'; sleep 0.3; printf '\251!\n'`}}
+	params.SetProgressToken("utf8")
+	if _, err := cs.CallTool(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range pl.of("utf8") {
+		if !utf8.ValidString(n.Message) {
+			t.Fatalf("progress message %q is not whole UTF-8", n.Message)
+		}
+		got = append(got, n.Message)
+	}
+	if want := []string{"caf", "é!\n"}; !slices.Equal(got, want) {
+		t.Fatalf("progress messages %q, want %q", got, want)
 	}
 }
