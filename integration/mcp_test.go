@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -396,5 +397,25 @@ func TestMCPExecStreamUTF8(t *testing.T) {
 	}
 	if want := []string{"caf", "é!\n"}; !slices.Equal(got, want) {
 		t.Fatalf("progress messages %q, want %q", got, want)
+	}
+}
+
+// TestMCPShutdown checks that an MCP session over HTTP (whose client
+// holds an event stream open) does not hold up a graceful shutdown.
+func TestMCPShutdown(t *testing.T) {
+	dir := t.TempDir()
+	token := tokenFor(t, dir, "alice")
+	c := startChild(t, dir, "--shutdown-grace", "20s")
+	cs, _ := mcpClient(t, &mcp.StreamableClientTransport{Endpoint: c.url + "/v1/mcp", HTTPClient: &http.Client{Transport: bearer{token}}, MaxRetries: -1})
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("computerd after SIGTERM: %v, want a clean exit", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("shutdown took %s with an MCP session open, want it not to wait out the grace", d.Round(time.Millisecond))
 	}
 }

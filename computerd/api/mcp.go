@@ -41,9 +41,23 @@ func (s *Server) mcp(w http.ResponseWriter, r *http.Request) error {
 		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 		s.mcpHandler = bind(h)
 	})
+	if r.Method == http.MethodGet {
+		// The event stream a client holds open ends at shutdown (the
+		// client reconnects to the next computerd); calls in flight, on
+		// POSTs, may finish within the grace.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(s.mcpStreams, cancel)()
+		r = r.WithContext(ctx)
+	}
 	s.mcpHandler.ServeHTTP(w, r)
 	return nil
 }
+
+// EndMCPStreams ends the MCP event streams clients hold open (GET
+// /v1/mcp) and any opened later, so that a graceful shutdown waits only
+// for calls in flight.
+func (s *Server) EndMCPStreams() { s.endMCPStreams() }
 
 // mcpServer builds the MCP server for a request: its client carries the
 // request's token, its workspace is ?workspace= (or none: each call then

@@ -71,8 +71,10 @@ type Server struct {
 	mux        *http.ServeMux
 	homeOnce   sync.Once
 	home       *syncproto.Home
-	mcpOnce    sync.Once
-	mcpHandler http.Handler
+	mcpOnce       sync.Once
+	mcpHandler    http.Handler
+	mcpStreams    context.Context // done when the MCP event streams must end
+	endMCPStreams context.CancelFunc
 }
 
 // route is one API endpoint: a ServeMux pattern and its handler.
@@ -93,6 +95,7 @@ func (s *Server) Handler() http.Handler {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
 	s.mux = http.NewServeMux()
+	s.mcpStreams, s.endMCPStreams = context.WithCancel(context.Background())
 	routes := []route{
 		{"GET /v1/workspaces", s.listWorkspaces},
 		{"POST /v1/workspaces", s.createWorkspace},

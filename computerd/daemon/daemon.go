@@ -140,6 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		srv.Home, srv.Authenticate, srv.Mounts = remote.proxy, remote.authenticate, nil
 	}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	d.api.RegisterOnShutdown(srv.EndMCPStreams)
 	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		d.closeStore()
 		return nil, fmt.Errorf("listen: %w", err)
