@@ -68,9 +68,9 @@ type Server struct {
 	// Authenticate, if set, replaces the store's token check.
 	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
-	mux        *http.ServeMux
-	homeOnce   sync.Once
-	home       *syncproto.Home
+	mux           *http.ServeMux
+	homeOnce      sync.Once
+	home          *syncproto.Home
 	mcpOnce       sync.Once
 	mcpHandler    http.Handler
 	mcpStreams    context.Context // done when the MCP event streams must end
