@@ -419,3 +419,26 @@ func TestMCPShutdown(t *testing.T) {
 		t.Fatalf("shutdown took %s with an MCP session open, want it not to wait out the grace", d.Round(time.Millisecond))
 	}
 }
+
+// TestMCPExecCancelled checks that a cancelled exec call ends only the
+// wait: the command runs on, and exec_show with wait follows it to its end.
+func TestMCPExecCancelled(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cs, _ := mcpClient(t, e.httpTransport(e.token, "w"))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep 1.5; echo on > f; echo finished"}}); err == nil {
+		t.Fatal("exec outlived its caller's deadline")
+	}
+	text, _ := call(t, cs, "execs", nil)
+	id, _, _ := strings.Cut(text, "\t")
+	text, res := call(t, cs, "exec_show", map[string]any{"id": id, "wait": true})
+	if res.IsError || !strings.Contains(text, "finished\n") || !strings.Contains(text, "[exit 0; its writes are revision 2]") {
+		t.Fatalf("exec_show %s after the cancelled call: %q (error %v)", id, text, res.IsError)
+	}
+	if got := e.tree("w")["f"]; got != "on\n" {
+		t.Fatalf("f = %q, want the cancelled call's command to have run", got)
+	}
+}
