@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build test bench demo clean deps importcheck
+.PHONY: build test bench demo clean deps importcheck mcp-inspector
 
 build:
 	$(GO) build -o $(BIN)/computerd ./computerd
@@ -18,6 +18,12 @@ importcheck:
 test: deps importcheck
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	./contrib/mcp-inspector-test.sh
+
+# mcp-inspector: the MCP inspector's CLI (npm, pinned) against both
+# transports of the MCP server (make test runs it after the Go tests).
+mcp-inspector:
+	./contrib/mcp-inspector-test.sh
 
 bench:
 	$(GO) run ./bench -suite all -json

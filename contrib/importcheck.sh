@@ -21,6 +21,7 @@ rules=$(cat <<RULES
 ./agentctl/...    | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|$sqlite|$fuse|$runc
 ./client          | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./tools           | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
+./mcpserver       | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./computerd/...   | ^$cli
 RULES
 )

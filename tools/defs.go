@@ -41,6 +41,7 @@ var all = []Tool{
 		Schema: schema(`{"path": {"type": "string", "description": "file path relative to the workspace root"},
 			"content": {"type": "string", "description": "the file's new contents"}}`, "path", "content"),
 		Mutates: true,
+		Keyed:   true,
 		run:     writeTool,
 	},
 	{
@@ -51,6 +52,7 @@ var all = []Tool{
 			"new": {"type": "string", "description": "replacement text"},
 			"all": {"type": "boolean", "description": "replace every occurrence (default false)"}}`, "path", "old", "new"),
 		Mutates: true,
+		Keyed:   true,
 		run:     editTool,
 	},
 	{
@@ -83,6 +85,7 @@ var all = []Tool{
 			"timeout": {"type": "string", "description": "a duration such as 30s or 5m (default 10m)"},
 			"cwd": {"type": "string", "description": "directory relative to /workspace"}}`, "command"),
 		Mutates: true,
+		Keyed:   true,
 		run:     execTool,
 	},
 	{

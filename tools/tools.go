@@ -1,7 +1,9 @@
 // Package tools defines the tools a model drives a workspace with: their
 // names, JSON schemas and descriptions, and handlers that call computerd's
-// HTTP API. The agent loop (agentctl agent) and the MCP server both serve
-// exactly this set, so a model meets the same tools wherever it runs.
+// HTTP API. The agent loop (agentctl agent) serves the nine tools a task
+// needs; the MCP server serves the same nine plus the ones a harness uses
+// to manage its workspace (fork, restore, the exec journal), so a model
+// meets the same tools wherever it runs.
 package tools
 
 import (
@@ -29,7 +31,9 @@ type Tool struct {
 	// Mutates says the tool changes the workspace (a retry must not apply
 	// it twice: see Call.Key).
 	Mutates bool
-	run     func(ctx context.Context, s *Set, c Call) (Result, error)
+	// Keyed says Call.Key makes the call idempotent (exec, write, edit).
+	Keyed bool
+	run   func(ctx context.Context, s *Set, c Call) (Result, error)
 }
 
 // Call is one call of a tool.
@@ -60,14 +64,29 @@ type Result struct {
 type Set struct {
 	Client    *client.Client
 	Workspace string
+	// MCP makes the set the MCP server's: the agent's nine tools and
+	// those of MCP(). Without it the set is exactly the agent's nine.
+	MCP bool
 }
 
-// Tools lists every tool, in a fixed order.
-func (s *Set) Tools() []Tool { return all }
+// Tools lists the set's tools, in a fixed order: the agent's nine, or
+// with MCP, the list MCP returns.
+func (s *Set) Tools() []Tool {
+	if s.MCP {
+		return MCP()
+	}
+	return all
+}
 
-// Lookup finds a tool by name.
-func Lookup(name string) (Tool, bool) {
-	for _, t := range all {
+// MCP lists the tools the MCP server serves: the agent's nine, then
+// fork, restore and the exec journal (execs, exec_show).
+func MCP() []Tool { return append(append([]Tool(nil), all...), extra...) }
+
+// Lookup finds one of the agent's tools by name.
+func Lookup(name string) (Tool, bool) { return lookup(all, name) }
+
+func lookup(list []Tool, name string) (Tool, bool) {
+	for _, t := range list {
 		if t.Name == name {
 			return t, true
 		}
@@ -79,9 +98,10 @@ func Lookup(name string) (Tool, bool) {
 // as a Result with IsError and a code, for the model to read and act on;
 // only the context's end is an error of Call's own.
 func (s *Set) Call(ctx context.Context, name string, c Call) (Result, error) {
-	t, ok := Lookup(name)
+	list := s.Tools()
+	t, ok := lookup(list, name)
 	if !ok {
-		return errResult(wire.CodeNotFound, fmt.Sprintf("no tool %q; the tools are %s", name, strings.Join(names(), ", "))), nil
+		return errResult(wire.CodeNotFound, fmt.Sprintf("no tool %q; the tools are %s", name, strings.Join(names(list), ", "))), nil
 	}
 	res, err := t.run(ctx, s, c)
 	if err != nil {
@@ -94,9 +114,9 @@ func (s *Set) Call(ctx context.Context, name string, c Call) (Result, error) {
 	return res, nil
 }
 
-func names() []string {
-	out := make([]string, len(all))
-	for i, t := range all {
+func names(list []Tool) []string {
+	out := make([]string, len(list))
+	for i, t := range list {
 		out[i] = t.Name
 	}
 	return out

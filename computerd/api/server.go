@@ -79,9 +79,13 @@ type Server struct {
 	// Authenticate, if set, replaces the store's token check.
 	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
-	mux      *http.ServeMux
-	homeOnce sync.Once
-	home     *syncproto.Home
+	mux           *http.ServeMux
+	homeOnce      sync.Once
+	home          *syncproto.Home
+	mcpOnce       sync.Once
+	mcpHandler    http.Handler
+	mcpStreams    context.Context // done when the MCP event streams must end
+	endMCPStreams context.CancelFunc
 }
 
 // route is one API endpoint: a ServeMux pattern and its handler.
@@ -102,6 +106,7 @@ func (s *Server) Handler() http.Handler {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
 	s.mux = http.NewServeMux()
+	s.mcpStreams, s.endMCPStreams = context.WithCancel(context.Background())
 	routes := []route{
 		{"GET /v1/workspaces", s.listWorkspaces},
 		{"POST /v1/workspaces", s.createWorkspace},
@@ -121,6 +126,7 @@ func (s *Server) Handler() http.Handler {
 		{"GET /v1/workspaces/{ws}/grep", s.grep},
 		{"GET /v1/workspaces/{ws}/export", s.export},
 		{"POST /v1/workspaces/{ws}/attach", s.attach},
+		{"/v1/mcp", s.mcp},
 	}
 	routes = append(routes, s.syncRoutes()...)
 	routes = append(routes, s.execRoutes()...)

@@ -182,6 +182,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		srv.Home, srv.Authenticate, srv.Mounts = d.remote.proxy, d.remote.authenticate, nil
 	}
 	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	d.api.RegisterOnShutdown(srv.EndMCPStreams)
 	if d.apiLn, err = listen(cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
