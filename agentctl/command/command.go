@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, stdio IO) (asJSON bool, err error) 
 	st := &runState{json: jsonArg(args)}
 	app := &cli.App{
 		Name:                 "agentctl",
-		Usage:                "drive computerd workspaces: files, revisions, exec",
+		Usage:                "drive computerd workspaces: files, revisions, exec, agent runs, MCP",
 		Reader:               stdio.Stdin,
 		Writer:               stdio.Stdout,
 		ErrWriter:            stdio.Stderr,
