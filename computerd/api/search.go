@@ -16,36 +16,69 @@ import (
 	"computerd/wire"
 )
 
-// matchGlob matches a slash-separated path against pattern, where each
-// pattern segment is a path.Match pattern and "**" matches any number of
-// segments. A pattern without a slash matches the base name only.
-func matchGlob(pattern, p string) (bool, error) {
-	if !strings.Contains(pattern, "/") {
-		return path.Match(pattern, path.Base(p))
-	}
-	return matchSegments(strings.Split(pattern, "/"), strings.Split(p, "/"))
+// A glob matches a slash-separated path: each segment of the pattern is a
+// path.Match pattern and "**" matches any number of segments. A pattern
+// without a slash matches the base name only.
+type glob struct {
+	base string   // the pattern, when it has no slash
+	segs []string // the pattern's segments, when it has one
 }
 
-func matchSegments(pat, segs []string) (bool, error) {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(segs); i++ {
-				if ok, err := matchSegments(pat[1:], segs[i:]); ok || err != nil {
-					return ok, err
-				}
-			}
-			return false, nil
+// compileGlob checks every segment of pattern, so matching cannot fail.
+func compileGlob(pattern string) (*glob, error) {
+	if !strings.Contains(pattern, "/") {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return nil, err
 		}
-		if len(segs) == 0 {
-			return false, nil
-		}
-		ok, err := path.Match(pat[0], segs[0])
-		if !ok || err != nil {
-			return false, err
-		}
-		pat, segs = pat[1:], segs[1:]
+		return &glob{base: pattern}, nil
 	}
-	return len(segs) == 0, nil
+	g := &glob{segs: strings.Split(pattern, "/")}
+	for _, seg := range g.segs {
+		if seg == "**" {
+			continue
+		}
+		if _, err := path.Match(seg, ""); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// match reports whether p matches. It walks the pattern and the path once,
+// going back only to just after the last "**" seen, so its cost is at most
+// len(segments) * len(path segments) segment matches, whatever the number
+// of "**": every match of the segments after a "**" can start at the
+// earliest place the segments before it allow.
+func (g *glob) match(p string) bool {
+	if g.segs == nil {
+		ok, _ := path.Match(g.base, path.Base(p))
+		return ok
+	}
+	pat, segs := g.segs, strings.Split(p, "/")
+	i, j := 0, 0
+	star, from := -1, 0 // the last "**" seen and the path segment it was tried up to
+	for j < len(segs) {
+		if i < len(pat) && pat[i] == "**" {
+			star, from = i, j
+			i++
+			continue
+		}
+		if i < len(pat) {
+			if ok, _ := path.Match(pat[i], segs[j]); ok {
+				i, j = i+1, j+1
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		from++ // let the last "**" take one more segment
+		i, j = star+1, from
+	}
+	for i < len(pat) && pat[i] == "**" {
+		i++
+	}
+	return i == len(pat)
 }
 
 // globFilter checks ?name= (or the given parameter) and returns a matcher
@@ -55,13 +88,11 @@ func globFilter(r *http.Request, param string) (func(rel string) bool, error) {
 	if pattern == "" {
 		return func(string) bool { return true }, nil
 	}
-	if _, err := matchGlob(pattern, "x/y"); err != nil {
+	g, err := compileGlob(pattern)
+	if err != nil {
 		return nil, badRequest("%s=%q: bad glob: %v", param, pattern, err)
 	}
-	return func(rel string) bool {
-		ok, _ := matchGlob(pattern, rel)
-		return ok
-	}, nil
+	return g.match, nil
 }
 
 // relTo returns p relative to root ("" when equal).
@@ -93,6 +124,9 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := []string{}
 	err = sn.Walk(r.Context(), root, func(p string, st core.Stat) error {
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
 		if p == root && st.IsDir() {
 			return nil
 		}
@@ -169,6 +203,9 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	found := 0
 	var buf bytes.Buffer
 	err = sn.ReadTree(r.Context(), root, func(p string, st core.Stat, body io.Reader) error {
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
 		if body == nil || !match(relTo(root, p)) {
 			return nil
 		}
