@@ -1,12 +1,17 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"computerd/computerd/api"
 	"computerd/wire"
@@ -90,5 +95,125 @@ func TestBoundEditLimit(t *testing.T) {
 	}
 	if got := e.tree("w")["f"]; got != strings.Repeat("b", 1000) {
 		t.Fatalf("f: %d bytes, want 1000 b", len(got))
+	}
+}
+
+// A glob of many "**" against a deep tree answers at once (8 of them
+// against 41 levels took 32 s and ignored the caller going away).
+func TestBoundGlob(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	deep := strings.Repeat("a/", 40) + "y"
+	e.write("w", deep, "x\n")
+	for _, tc := range []struct {
+		name, glob, want string
+	}{
+		{"no match", strings.Repeat("**/", 8) + "x", "[]"},
+		{"match", strings.Repeat("**/a/", 8) + "**/y", `["` + deep + `"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			status, body := e.mustHTTP("GET", "/v1/workspaces/w/find?name="+tc.glob+"&type=f", nil, "")
+			took := time.Since(start)
+			if status != http.StatusOK || strings.TrimSpace(string(body)) != tc.want {
+				t.Fatalf("find %s: %d %s, want %s", tc.glob, status, body, tc.want)
+			}
+			if took > time.Second {
+				t.Fatalf("find %s took %v, want under 1 s", tc.glob, took)
+			}
+		})
+	}
+}
+
+// lines reads n lines of size bytes of x, then "needle".
+type lines struct {
+	n, size, i, off int
+}
+
+func (l *lines) Read(p []byte) (int, error) {
+	w := 0
+	for w < len(p) {
+		switch {
+		case l.i < l.n && l.off < l.size:
+			k := copy(p[w:], bytes.Repeat([]byte("x"), min(len(p)-w, l.size-l.off)))
+			w, l.off = w+k, l.off+k
+		case l.i < l.n:
+			p[w] = '\n'
+			w, l.i, l.off = w+1, l.i+1, 0
+		case l.i == l.n:
+			k := copy(p[w:], "needle\n"[l.off:])
+			w, l.off = w+k, l.off+k
+			if l.off == len("needle\n") {
+				l.i++
+			}
+		default:
+			return w, io.EOF
+		}
+	}
+	return w, nil
+}
+
+// Grep's context costs memory bounded per request, not by the lines'
+// lengths: 50 lines of context over 3 MiB lines held 150 MiB.
+func TestBoundGrepContext(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	const n, size = 50, 3 << 20
+	e.putStream("w", "long", &lines{n: n, size: size})
+
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapAlloc, ms.HeapAlloc
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapAlloc)
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	status, body := e.mustHTTP("GET", fmt.Sprintf("/v1/workspaces/w/grep?pattern=needle&context=%d", n), nil, "")
+	close(done)
+	wg.Wait()
+	if status != http.StatusOK {
+		t.Fatalf("grep: %d %s", status, body)
+	}
+	growth := int64(peak) - int64(base)
+	t.Logf("heap growth during grep: %.1f MiB (%d bytes answered)", float64(growth)/(1<<20), len(body))
+	if growth > 64<<20 {
+		t.Fatalf("heap grew by %.1f MiB during grep, want under 64 MiB", float64(growth)/(1<<20))
+	}
+	var got []wire.Match
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		var m wire.Match
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+	}
+	if len(got) != n+1 {
+		t.Fatalf("%d lines answered, want %d", len(got), n+1)
+	}
+	for _, m := range got[:n] {
+		if !m.Context || len(m.Text) > 4<<10+64 || !strings.HasSuffix(m.Text, fmt.Sprintf(" [... %d more bytes]", size-4<<10)) {
+			t.Fatalf("context line %d: %d bytes ending %q, want it cut at 4 KiB with a marker", m.Line, len(m.Text), m.Text[max(0, len(m.Text)-40):])
+		}
+	}
+	if last := got[n]; last.Context || last.Line != n+1 || last.Text != "needle" {
+		t.Fatalf("the match: %+v", last)
+	}
+	// The daemon still answers.
+	if got := e.ok("grep", "w", "needle"); got != "long:needle\n" {
+		t.Fatalf("grep after: %q", got)
 	}
 }

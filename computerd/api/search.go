@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"path"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"computerd/core"
 	"computerd/wire"
@@ -178,7 +180,7 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	opt := grepOptions{re: re, context: int(min(ctxLines, 1000)), max: int(maxMatches)}
+	opt := grepOptions{re: re, context: int(min(ctxLines, maxContext)), max: int(maxMatches)}
 	if !strings.Contains(expr, `\A`) && !strings.Contains(expr, `\z`) {
 		opt.fileRe, _ = regexp.Compile("(?m)" + expr)
 	}
@@ -244,6 +246,28 @@ var errStop = errors.New("stop")
 // larger files are scanned line by line, streaming.
 const wholeFileGrep = 4 << 20
 
+// contextLineMax is the most of a context line grep keeps and sends: a
+// longer one is cut there (at a character boundary) and ends with a
+// marker saying how much was cut. With at most maxContext lines before a
+// match, what grep holds for context is bounded per request (4 MiB),
+// whatever the lines' lengths.
+const contextLineMax = 4 << 10
+
+// maxContext bounds ?context=.
+const maxContext = 1000
+
+// contextText is line as a context line: whole, or cut at contextLineMax.
+func contextText(line []byte) string {
+	if len(line) <= contextLineMax {
+		return string(line)
+	}
+	cut := contextLineMax
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s [... %d more bytes]", line[:cut], len(line)-cut)
+}
+
 // grepFile writes the matches of one file; it returns how many it found.
 // budget <= 0 means no limit.
 func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.Encoder) (int, error) {
@@ -253,25 +277,28 @@ func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.E
 	}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var before []wire.Match // the last opt.context lines
-	after := 0              // context lines still owed after a match
-	last := 0               // the last line written
+	// before is a ring of the last opt.context lines: the oldest at
+	// before[first], len(before) of them.
+	before := make([]wire.Match, 0, min(opt.context, 64))
+	first := 0
+	after := 0 // context lines still owed after a match
+	last := 0  // the last line written
 	found := 0
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if opt.re.MatchString(line) {
+		line := sc.Bytes()
+		if opt.re.Match(line) {
 			if last > 0 && n-len(before) > last+1 && opt.context > 0 {
 				if err := enc.Encode(wire.Match{Path: p, Break: true}); err != nil {
 					return found, err
 				}
 			}
-			for _, b := range before {
-				if err := enc.Encode(b); err != nil {
+			for k := range before {
+				if err := enc.Encode(before[(first+k)%len(before)]); err != nil {
 					return found, err
 				}
 			}
-			before = before[:0]
-			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: line}); err != nil {
+			before, first = before[:0], 0
+			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: string(line)}); err != nil {
 				return found, err
 			}
 			found, last, after = found+1, n, opt.context
@@ -283,16 +310,19 @@ func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.E
 		if after > 0 {
 			after--
 			last = n
-			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: line, Context: true}); err != nil {
+			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: contextText(line), Context: true}); err != nil {
 				return found, err
 			}
 			continue
 		}
 		if opt.context > 0 {
-			if len(before) == opt.context {
-				before = append(before[:0], before[1:]...)
+			m := wire.Match{Path: p, Line: n, Text: contextText(line), Context: true}
+			if len(before) < opt.context {
+				before = append(before, m)
+			} else {
+				before[first] = m
+				first = (first + 1) % len(before)
 			}
-			before = append(before, wire.Match{Path: p, Line: n, Text: line, Context: true})
 		}
 	}
 	// A line longer than the scanner's buffer ends the file's search quietly:
