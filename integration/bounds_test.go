@@ -217,3 +217,66 @@ func TestBoundGrepContext(t *testing.T) {
 		t.Fatalf("grep after: %q", got)
 	}
 }
+
+// Grep's context lines, kept in a ring, come out as grep -C gives them:
+// each match with the lines around it, a break between groups apart.
+func TestGrepContextGroups(t *testing.T) {
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	const total = 300
+	match := map[int]bool{5: true, 6: true, 15: true, 29: true, 100: true, 180: true, 300: true}
+	var b strings.Builder
+	for n := 1; n <= total; n++ {
+		if match[n] {
+			fmt.Fprintf(&b, "hit %d\n", n)
+		} else {
+			fmt.Fprintf(&b, "line %d\n", n)
+		}
+	}
+	e.write("w", "f", b.String())
+	for _, c := range []int{0, 1, 2, 70, 1000} {
+		t.Run(fmt.Sprint("context=", c), func(t *testing.T) {
+			// The model: every line within c of a match, a break before a
+			// line that does not follow the last one written (with context only).
+			var want []string
+			last := 0
+			for n := 1; n <= total; n++ {
+				near := false
+				for m := range match {
+					near = near || (n >= m-c && n <= m+c)
+				}
+				if !near {
+					continue
+				}
+				if c > 0 && last > 0 && n > last+1 {
+					want = append(want, "--")
+				}
+				want = append(want, fmt.Sprintf("%d %v", n, !match[n]))
+				last = n
+			}
+			status, body := e.mustHTTP("GET", fmt.Sprintf("/v1/workspaces/w/grep?pattern=hit&context=%d", c), nil, "")
+			if status != http.StatusOK {
+				t.Fatalf("grep: %d %s", status, body)
+			}
+			var got []string
+			sc := bufio.NewScanner(bytes.NewReader(body))
+			for sc.Scan() {
+				var m wire.Match
+				if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+					t.Fatal(err)
+				}
+				if m.Break {
+					got = append(got, "--")
+					continue
+				}
+				if wantText := fmt.Sprintf("line %d", m.Line); m.Context && m.Text != wantText {
+					t.Fatalf("context line %d: %q, want %q", m.Line, m.Text, wantText)
+				}
+				got = append(got, fmt.Sprintf("%d %v", m.Line, m.Context))
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("got  %v\nwant %v", got, want)
+			}
+		})
+	}
+}
