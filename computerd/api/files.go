@@ -320,6 +320,12 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	case n > 1 && !req.All:
 		return badRequest("edit %s: the old string matches %d times; give more context to make it unique, or use --all", req.Path, n)
 	}
+	// The result's size is known before it is built: refuse one over the
+	// limit rather than let a short old string and a long new one, all
+	// replaced, ask for gigabytes.
+	if size := int64(len(data)) + int64(n)*(int64(len(req.New))-int64(len(req.Old))); size > s.Limits.MaxEditSize {
+		return failure(wire.ErrTooLarge, "edit %s: the result would be %d bytes, over the limit of %d for edits", req.Path, size, s.Limits.MaxEditSize)
+	}
 	data = bytes.ReplaceAll(data, []byte(req.Old), []byte(req.New))
 	var b core.Batch
 	b.Add(core.Op{Kind: core.OpCreate, Path: req.Path, Data: data})

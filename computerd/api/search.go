@@ -5,47 +5,82 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"path"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"computerd/core"
 	"computerd/wire"
 )
 
-// matchGlob matches a slash-separated path against pattern, where each
-// pattern segment is a path.Match pattern and "**" matches any number of
-// segments. A pattern without a slash matches the base name only.
-func matchGlob(pattern, p string) (bool, error) {
-	if !strings.Contains(pattern, "/") {
-		return path.Match(pattern, path.Base(p))
-	}
-	return matchSegments(strings.Split(pattern, "/"), strings.Split(p, "/"))
+// A glob matches a slash-separated path: each segment of the pattern is a
+// path.Match pattern and "**" matches any number of segments. A pattern
+// without a slash matches the base name only.
+type glob struct {
+	base string   // the pattern, when it has no slash
+	segs []string // the pattern's segments, when it has one
 }
 
-func matchSegments(pat, segs []string) (bool, error) {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(segs); i++ {
-				if ok, err := matchSegments(pat[1:], segs[i:]); ok || err != nil {
-					return ok, err
-				}
-			}
-			return false, nil
+// compileGlob checks every segment of pattern, so matching cannot fail.
+func compileGlob(pattern string) (*glob, error) {
+	if !strings.Contains(pattern, "/") {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return nil, err
 		}
-		if len(segs) == 0 {
-			return false, nil
-		}
-		ok, err := path.Match(pat[0], segs[0])
-		if !ok || err != nil {
-			return false, err
-		}
-		pat, segs = pat[1:], segs[1:]
+		return &glob{base: pattern}, nil
 	}
-	return len(segs) == 0, nil
+	g := &glob{segs: strings.Split(pattern, "/")}
+	for _, seg := range g.segs {
+		if seg == "**" {
+			continue
+		}
+		if _, err := path.Match(seg, ""); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// match reports whether p matches. It walks the pattern and the path once,
+// going back only to just after the last "**" seen, so its cost is at most
+// len(segments) * len(path segments) segment matches, whatever the number
+// of "**": every match of the segments after a "**" can start at the
+// earliest place the segments before it allow.
+func (g *glob) match(p string) bool {
+	if g.segs == nil {
+		ok, _ := path.Match(g.base, path.Base(p))
+		return ok
+	}
+	pat, segs := g.segs, strings.Split(p, "/")
+	i, j := 0, 0
+	star, from := -1, 0 // the last "**" seen and the path segment it was tried up to
+	for j < len(segs) {
+		if i < len(pat) && pat[i] == "**" {
+			star, from = i, j
+			i++
+			continue
+		}
+		if i < len(pat) {
+			if ok, _ := path.Match(pat[i], segs[j]); ok {
+				i, j = i+1, j+1
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		from++ // let the last "**" take one more segment
+		i, j = star+1, from
+	}
+	for i < len(pat) && pat[i] == "**" {
+		i++
+	}
+	return i == len(pat)
 }
 
 // globFilter checks ?name= (or the given parameter) and returns a matcher
@@ -55,13 +90,11 @@ func globFilter(r *http.Request, param string) (func(rel string) bool, error) {
 	if pattern == "" {
 		return func(string) bool { return true }, nil
 	}
-	if _, err := matchGlob(pattern, "x/y"); err != nil {
+	g, err := compileGlob(pattern)
+	if err != nil {
 		return nil, badRequest("%s=%q: bad glob: %v", param, pattern, err)
 	}
-	return func(rel string) bool {
-		ok, _ := matchGlob(pattern, rel)
-		return ok
-	}, nil
+	return g.match, nil
 }
 
 // relTo returns p relative to root ("" when equal).
@@ -93,6 +126,9 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := []string{}
 	err = sn.Walk(r.Context(), root, func(p string, st core.Stat) error {
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
 		if p == root && st.IsDir() {
 			return nil
 		}
@@ -144,7 +180,7 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	opt := grepOptions{re: re, context: int(min(ctxLines, 1000)), max: int(maxMatches)}
+	opt := grepOptions{re: re, context: int(min(ctxLines, maxContext)), max: int(maxMatches)}
 	if !strings.Contains(expr, `\A`) && !strings.Contains(expr, `\z`) {
 		opt.fileRe, _ = regexp.Compile("(?m)" + expr)
 	}
@@ -169,6 +205,9 @@ func (s *Server) grep(w http.ResponseWriter, r *http.Request) error {
 	found := 0
 	var buf bytes.Buffer
 	err = sn.ReadTree(r.Context(), root, func(p string, st core.Stat, body io.Reader) error {
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
 		if body == nil || !match(relTo(root, p)) {
 			return nil
 		}
@@ -207,6 +246,28 @@ var errStop = errors.New("stop")
 // larger files are scanned line by line, streaming.
 const wholeFileGrep = 4 << 20
 
+// contextLineMax is the most of a context line grep keeps and sends: a
+// longer one is cut there (at a character boundary) and ends with a
+// marker saying how much was cut. With at most maxContext lines before a
+// match, what grep holds for context is bounded per request (4 MiB),
+// whatever the lines' lengths.
+const contextLineMax = 4 << 10
+
+// maxContext bounds ?context=.
+const maxContext = 1000
+
+// contextText is line as a context line: whole, or cut at contextLineMax.
+func contextText(line []byte) string {
+	if len(line) <= contextLineMax {
+		return string(line)
+	}
+	cut := contextLineMax
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s [... %d more bytes]", line[:cut], len(line)-cut)
+}
+
 // grepFile writes the matches of one file; it returns how many it found.
 // budget <= 0 means no limit.
 func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.Encoder) (int, error) {
@@ -216,25 +277,28 @@ func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.E
 	}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var before []wire.Match // the last opt.context lines
-	after := 0              // context lines still owed after a match
-	last := 0               // the last line written
+	// before is a ring of the last opt.context lines: the oldest at
+	// before[first], len(before) of them.
+	before := make([]wire.Match, 0, min(opt.context, 64))
+	first := 0
+	after := 0 // context lines still owed after a match
+	last := 0  // the last line written
 	found := 0
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if opt.re.MatchString(line) {
+		line := sc.Bytes()
+		if opt.re.Match(line) {
 			if last > 0 && n-len(before) > last+1 && opt.context > 0 {
 				if err := enc.Encode(wire.Match{Path: p, Break: true}); err != nil {
 					return found, err
 				}
 			}
-			for _, b := range before {
-				if err := enc.Encode(b); err != nil {
+			for k := range before {
+				if err := enc.Encode(before[(first+k)%len(before)]); err != nil {
 					return found, err
 				}
 			}
-			before = before[:0]
-			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: line}); err != nil {
+			before, first = before[:0], 0
+			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: string(line)}); err != nil {
 				return found, err
 			}
 			found, last, after = found+1, n, opt.context
@@ -246,16 +310,19 @@ func grepFile(p string, body io.Reader, opt grepOptions, budget int, enc *json.E
 		if after > 0 {
 			after--
 			last = n
-			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: line, Context: true}); err != nil {
+			if err := enc.Encode(wire.Match{Path: p, Line: n, Text: contextText(line), Context: true}); err != nil {
 				return found, err
 			}
 			continue
 		}
 		if opt.context > 0 {
-			if len(before) == opt.context {
-				before = append(before[:0], before[1:]...)
+			m := wire.Match{Path: p, Line: n, Text: contextText(line), Context: true}
+			if len(before) < opt.context {
+				before = append(before, m)
+			} else {
+				before[first] = m
+				first = (first + 1) % len(before)
 			}
-			before = append(before, wire.Match{Path: p, Line: n, Text: line, Context: true})
 		}
 	}
 	// A line longer than the scanner's buffer ends the file's search quietly:

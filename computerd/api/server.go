@@ -35,8 +35,8 @@ type Limits struct {
 	// MaxWorkspaces bounds the live workspaces of one tenant (default
 	// DefaultMaxWorkspaces).
 	MaxWorkspaces int
-	// MaxEditSize bounds the files edit and grep read whole lines of
-	// (default DefaultMaxEditSize).
+	// MaxEditSize bounds the files edit reads whole and the files it
+	// would write (default DefaultMaxEditSize).
 	MaxEditSize int64
 }
 
