@@ -44,6 +44,11 @@ func (s *Store) BeginExec(ctx context.Context, e core.Exec) (rec core.Exec, star
 	return rec, started, err
 }
 
+// ExecByKey returns the exec of tenant's workspace ws with idempotency key key.
+func (s *Store) ExecByKey(ctx context.Context, tenant string, ws int64, key string) (core.Exec, error) {
+	return s.execWhere(ctx, s.rdb, `tenant = ? AND ws = ? AND idem_key = ?`, tenant, ws, key)
+}
+
 // UpdateExec rewrites an exec's record (state, result, ...).
 func (s *Store) UpdateExec(ctx context.Context, e core.Exec) error {
 	return s.write(ctx, func() error { return s.putExec(ctx, e, false) })
