@@ -279,7 +279,9 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
-		timeout = r.DefaultTimeout
+		// The default never exceeds the ceiling: a request naming no
+		// timeout is not refused for one it did not ask for.
+		timeout = min(r.DefaultTimeout, r.MaxTimeout)
 	}
 	if timeout > r.MaxTimeout {
 		return core.Exec{}, fmt.Errorf("exec: timeout %v is over the ceiling exec-max-timeout=%v: %w", timeout, r.MaxTimeout, core.ErrInvalidArgument)
