@@ -109,6 +109,9 @@ func TestExecCeilings(t *testing.T) {
 	if list := e.journal(e.token, "w"); len(list) != 0 {
 		t.Fatalf("refused execs were journaled: %+v", list)
 	}
+	if got, want := metric(t, e.d.MetricsURL(), `computerd_execs_refused_total{reason="ceiling"}`), float64(len(tests)); got != want {
+		t.Errorf("refused for a ceiling: %v, want %v", got, want)
+	}
 	resp := e.postExec(e.token, "w", wire.ExecRequest{Argv: argv, Memory: 256 << 20, Pids: 64, CPUs: 1, Timeout: "1m"})
 	evs := events(t, resp.Body)
 	if resp.StatusCode != http.StatusOK || len(evs) == 0 || evs[len(evs)-1].Exec == nil || evs[len(evs)-1].Exec.State != core.ExecExited {
@@ -172,6 +175,9 @@ func TestExecBusy(t *testing.T) {
 	}
 	if got := resp.Header.Get("Retry-After"); got == "" {
 		t.Errorf("busy answer without Retry-After")
+	}
+	if got := metric(t, e.d.MetricsURL(), `computerd_execs_refused_total{reason="busy"}`); got != 1 {
+		t.Errorf("refused as busy: %v, want 1", got)
 	}
 	if we := refusal(t, resp); we.Code != wire.CodeBusy || !strings.Contains(we.Message, "exec-max-per-tenant") {
 		t.Errorf("got %s %q, want busy naming exec-max-per-tenant", we.Code, we.Message)
@@ -279,6 +285,9 @@ func TestExecOutputCap(t *testing.T) {
 	})
 	if disk > max+64<<10 {
 		t.Errorf("output directory holds %d bytes, cap %d", disk, max)
+	}
+	if got := metric(t, e.d.MetricsURL(), "computerd_execs_output_truncated_total"); got != 1 {
+		t.Errorf("truncated execs: %v, want 1", got)
 	}
 	t.Logf("wrote %d bytes, stored %d", written, disk)
 }

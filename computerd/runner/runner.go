@@ -284,9 +284,11 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		timeout = min(r.DefaultTimeout, r.MaxTimeout)
 	}
 	if timeout > r.MaxTimeout {
+		r.refused("ceiling")
 		return core.Exec{}, fmt.Errorf("exec: timeout %v is over the ceiling exec-max-timeout=%v: %w", timeout, r.MaxTimeout, core.ErrInvalidArgument)
 	}
 	if err := r.checkCeilings(req.Limits); err != nil {
+		r.refused("ceiling")
 		return core.Exec{}, err
 	}
 	if _, err := core.CleanPath(req.Cwd); err != nil {
@@ -312,6 +314,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 				return rec, nil
 			}
 		}
+		r.refused("busy")
 		return core.Exec{}, err
 	}
 	admitted := true
@@ -382,6 +385,12 @@ func (r *Runner) checkCeilings(l core.Limits) error {
 		return fmt.Errorf("exec: tmp %d bytes is over the ceiling exec-max-memory=%d: %w", l.Tmp, r.MaxLimits.Memory, core.ErrInvalidArgument)
 	}
 	return nil
+}
+
+func (r *Runner) refused(reason string) {
+	if r.Metrics != nil {
+		r.Metrics.ExecsRefused.WithLabelValues(reason).Inc()
+	}
 }
 
 // admit takes a slot for one more exec of tenant, or says why not.
@@ -520,6 +529,9 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
 	e.OutputTruncated = out.isTruncated()
+	if e.OutputTruncated && r.Metrics != nil {
+		r.Metrics.ExecsTruncated.Inc()
+	}
 	switch {
 	case errors.Is(runErr, sandbox.ErrStart), errors.Is(runErr, sandbox.ErrInvalidSpec):
 		// The command never ran (not found, bad cwd, ...): like a shell, 127.
