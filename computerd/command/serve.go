@@ -44,7 +44,7 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "exec-max-timeout", Usage: "ceiling of the timeout an exec may ask for (above it: refused)", Value: daemon.DefaultExecMaxTimeout},
 			&cli.Int64Flag{Name: "exec-max-memory", Usage: "ceiling of the memory an exec may ask for, bytes", Value: daemon.DefaultExecMaxMemory},
 			&cli.Int64Flag{Name: "exec-max-pids", Usage: "ceiling of the processes and threads an exec may ask for", Value: daemon.DefaultExecMaxPids},
-			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (default: the host's)", Value: daemon.DefaultExecMaxCPUs()},
+			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (the default is the host's count)", Value: daemon.DefaultExecMaxCPUs()},
 			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
