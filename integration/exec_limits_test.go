@@ -179,7 +179,7 @@ func TestExecBusy(t *testing.T) {
 	if got := metric(t, e.d.MetricsURL(), `computerd_execs_refused_total{reason="busy"}`); got != 1 {
 		t.Errorf("refused as busy: %v, want 1", got)
 	}
-	if we := refusal(t, resp); we.Code != wire.CodeBusy || !strings.Contains(we.Message, "exec-max-per-tenant") {
+	if we := refusal(t, resp); we.Code != wire.CodeBusy || !strings.Contains(we.Message, fmt.Sprintf("exec-max-per-tenant=%d", perTenant)) {
 		t.Errorf("got %s %q, want busy naming exec-max-per-tenant", we.Code, we.Message)
 	}
 

@@ -399,9 +399,9 @@ func (r *Runner) admit(tenant string) error {
 	defer r.mu.Unlock()
 	switch {
 	case r.active[tenant] >= r.MaxPerTenant:
-		return fmt.Errorf("exec: tenant %s already runs %d execs, the limit exec-max-per-tenant: %w", tenant, r.active[tenant], wire.ErrBusy)
+		return fmt.Errorf("exec: tenant %s already runs the most execs at once, exec-max-per-tenant=%d; retry when one ends: %w", tenant, r.MaxPerTenant, wire.ErrBusy)
 	case r.total >= r.MaxTotal:
-		return fmt.Errorf("exec: computerd already runs %d execs, the limit exec-max-total: %w", r.total, wire.ErrBusy)
+		return fmt.Errorf("exec: computerd already runs the most execs at once, exec-max-total=%d; retry when one ends: %w", r.MaxTotal, wire.ErrBusy)
 	}
 	r.active[tenant]++
 	r.total++
