@@ -291,3 +291,39 @@ func TestExecOutputCap(t *testing.T) {
 	}
 	t.Logf("wrote %d bytes, stored %d", written, disk)
 }
+
+// The bound on all execs holds across tenants: with one slot, taken by
+// alice, bob is refused as busy, naming the bound.
+func TestExecBusyTotal(t *testing.T) {
+	needExec(t)
+	e := startWith(t, daemon.Config{ExecMaxTotal: 1})
+	e.ok("ws", "create", "w")
+	bob := e.newToken("bob")
+	if _, errs, err := e.runAs(bob, nil, "ws", "create", "b"); err != nil {
+		t.Fatal(err, errs)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client.New(e.d.URL(), e.token).Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sleep", "2"}}, nil)
+	}()
+	t.Cleanup(func() { <-done })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if list := e.journal(e.token, "w"); len(list) == 1 && list[0].State == core.ExecRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's exec is not running")
+		}
+	}
+	resp := e.postExec(bob, "b", wire.ExecRequest{Argv: []string{"true"}})
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("bob's exec: status %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if we := refusal(t, resp); we.Code != wire.CodeBusy || !strings.Contains(we.Message, "exec-max-total=1") {
+		t.Errorf("got %s %q, want busy naming exec-max-total=1", we.Code, we.Message)
+	}
+	if list := e.journal(bob, "b"); len(list) != 0 {
+		t.Errorf("bob's refused exec was journaled: %+v", list)
+	}
+}
