@@ -33,17 +33,20 @@ type Exec struct {
 	Started  time.Time `json:"started"`
 	Ended    time.Time `json:"ended,omitzero"`
 	// ExitCode is the command's status; with Signal set it is 128+signal.
-	ExitCode    int      `json:"exit_code"`
-	Signal      string   `json:"signal,omitempty"`
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	StdoutBytes int64    `json:"stdout_bytes"`
-	StderrBytes int64    `json:"stderr_bytes"`
-	Rev         int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
-	Conflict    []string `json:"conflict,omitempty"` // paths that changed meanwhile
-	KeptAs      string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
-	Draft       int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
-	Error       string   `json:"error,omitempty"`
-	Executor    string   `json:"executor,omitempty"` // where it ran, when not here
+	ExitCode    int    `json:"exit_code"`
+	Signal      string `json:"signal,omitempty"`
+	TimedOut    bool   `json:"timed_out,omitempty"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
+	// OutputTruncated: the output log reached the runner's per-exec cap;
+	// the byte counts above still count everything the command wrote.
+	OutputTruncated bool     `json:"output_truncated,omitempty"`
+	Rev             int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
+	Conflict        []string `json:"conflict,omitempty"` // paths that changed meanwhile
+	KeptAs          string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
+	Draft           int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
+	Error           string   `json:"error,omitempty"`
+	Executor        string   `json:"executor,omitempty"` // where it ran, when not here
 	// On an executor: the home revision the command started from, and the
 	// state it ended in while its changes wait to reach the home (State is
 	// then pending).

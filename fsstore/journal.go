@@ -44,6 +44,11 @@ func (s *Store) BeginExec(ctx context.Context, e core.Exec) (rec core.Exec, star
 	return rec, started, err
 }
 
+// ExecByKey returns the exec of tenant's workspace ws with idempotency key key.
+func (s *Store) ExecByKey(ctx context.Context, tenant string, ws int64, key string) (core.Exec, error) {
+	return s.execWhere(ctx, s.rdb, `tenant = ? AND ws = ? AND idem_key = ?`, tenant, ws, key)
+}
+
 // UpdateExec rewrites an exec's record (state, result, ...).
 func (s *Store) UpdateExec(ctx context.Context, e core.Exec) error {
 	return s.write(ctx, func() error { return s.putExec(ctx, e, false) })
@@ -116,23 +121,24 @@ type execRow struct {
 	executor     string
 	homeBase     int64
 	pendingState string
+	truncated    bool
 }
 
 // execCols are the execs table's columns in the order of execRow.fields.
-const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state`
+const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state, output_truncated`
 
 // fields points at r's fields in the order of execCols, to scan into.
 func (r *execRow) fields() []any {
 	return []any{&r.id, &r.tenant, &r.ws, &r.wsName, &r.key, &r.argv, &r.cwd, &r.envNames, &r.baseRev, &r.state,
 		&r.startedNs, &r.endedNs, &r.exitCode, &r.signal, &r.timedOut, &r.stdoutBytes, &r.stderrBytes, &r.rev,
-		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState}
+		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState, &r.truncated}
 }
 
 // values are r's fields in the order of execCols, to write.
 func (r *execRow) values() []any {
 	return []any{r.id, r.tenant, r.ws, r.wsName, r.key, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState}
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated}
 }
 
 func toExecRow(e core.Exec) (execRow, error) {
@@ -142,6 +148,7 @@ func toExecRow(e core.Exec) (execRow, error) {
 		startedNs: e.Started.UnixNano(), exitCode: e.ExitCode, signal: e.Signal, timedOut: e.TimedOut,
 		stdoutBytes: e.StdoutBytes, stderrBytes: e.StderrBytes, rev: e.Rev, conflict: stringList(e.Conflict),
 		keptAs: e.KeptAs, draft: e.Draft, errText: e.Error, executor: e.Executor, homeBase: e.HomeBase,
+		truncated: e.OutputTruncated,
 	}
 	if !e.Ended.IsZero() {
 		r.endedNs = e.Ended.UnixNano()
@@ -159,7 +166,7 @@ func (r execRow) exec() (core.Exec, error) {
 		ID: r.id, Tenant: r.tenant, WS: r.ws, WSName: r.wsName, Key: r.key.String, Cwd: r.cwd, BaseRev: r.baseRev,
 		Started: time.Unix(0, r.startedNs), ExitCode: r.exitCode, Signal: r.signal, TimedOut: r.timedOut,
 		StdoutBytes: r.stdoutBytes, StderrBytes: r.stderrBytes, Rev: r.rev, KeptAs: r.keptAs, Draft: r.draft,
-		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase,
+		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase, OutputTruncated: r.truncated,
 	}
 	if r.endedNs != 0 {
 		e.Ended = time.Unix(0, r.endedNs)
@@ -209,16 +216,16 @@ func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
 		return err
 	}
 	if insert {
-		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
 		return wrapDB("record exec", err)
 	}
 	// The identity (id, tenant, workspace, idempotency key) never changes.
 	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET ws_name = ?, argv = ?, cwd = ?, env_names = ?, base_rev = ?, state = ?,
 		started_ns = ?, ended_ns = ?, exit_code = ?, signal = ?, timed_out = ?, stdout_bytes = ?, stderr_bytes = ?, rev = ?,
-		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ? WHERE id = ?`,
+		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ?, output_truncated = ? WHERE id = ?`,
 		r.wsName, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.id)
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.id)
 	if err != nil {
 		return wrapDB("update exec", err)
 	}

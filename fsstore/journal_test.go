@@ -115,7 +115,8 @@ func TestJournalRoundTrip(t *testing.T) {
 			Cwd: "d", EnvNames: []string{"A", "B"}, BaseRev: 1, State: core.ExecPending, Started: started,
 			Ended: started.Add(1500 * time.Millisecond), ExitCode: 130, Signal: "SIGINT", TimedOut: true,
 			StdoutBytes: 1 << 40, StderrBytes: 7, Rev: 4, Conflict: []string{"f", "g/h"}, KeptAs: "w.conflict-x2",
-			Draft: 12, Error: "waiting; for the home", Executor: "ex", HomeBase: 9, PendingState: core.ExecKilled}},
+			Draft: 12, Error: "waiting; for the home", Executor: "ex", HomeBase: 9, PendingState: core.ExecKilled,
+			OutputTruncated: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -144,7 +144,8 @@ func TestErrorKinds(t *testing.T) {
 	t.Run("every kind is covered", func(t *testing.T) {
 		covered := []string{"not_found", "exists", "not_dir", "is_dir", "not_empty", "invalid_path", "invalid", "conflict",
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
-			"limit_exceeded", "unavailable", "internal"}
+			"limit_exceeded", "unavailable", "internal",
+			"busy"} // busy: TestExecBusy (exec_limits_test.go)
 		for _, k := range wire.Kinds() {
 			if !slices.Contains(covered, k.Code) {
 				t.Errorf("no request provokes %s here", k.Code)

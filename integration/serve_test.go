@@ -24,6 +24,9 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--retention", "last=0"}, "--retention: retention \"last=0\""},
 		{[]string{"--retention", "forever"}, "want \"all\" or rules for=AGE,last=N"},
 		{[]string{"--gc-interval", "-1s"}, "--gc-interval -1s"},
+		{[]string{"--exec-max-total", "0"}, "--exec-max-total: want more than 0"},
+		{[]string{"--exec-max-cpus", "-1"}, "--exec-max-cpus: want more than 0"},
+		{[]string{"--exec-max-timeout", "0s"}, "--exec-max-timeout: want more than 0"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		args := append([]string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.flags...)

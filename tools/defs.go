@@ -339,6 +339,11 @@ func ExecResult(rec core.Exec, output string) Result {
 	if len(rec.Conflict) > 0 {
 		status += fmt.Sprintf("; conflict with changes made meanwhile on %s, its version kept in workspace %s", strings.Join(rec.Conflict, ", "), rec.KeptAs)
 	}
+	if rec.OutputTruncated {
+		// The output's end (where the error usually is) is not what the
+		// model read: say so, and how much there was.
+		status += fmt.Sprintf("; output truncated by computerd's cap, of %d bytes written only the start is shown", rec.StdoutBytes+rec.StderrBytes)
+	}
 	res.Text = Clip(output, MaxResult-256) + "\n[" + status + "]"
 	return res
 }

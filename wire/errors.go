@@ -15,6 +15,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrLimit: the tenant is at a quota (its number of workspaces).
 	ErrLimit = errors.New("limit exceeded")
+	// ErrBusy: the server is at a concurrency limit (running execs, per
+	// tenant or in total); the same request may succeed after Retry-After.
+	ErrBusy = errors.New("busy")
 	// ErrUnavailable: the server cannot serve this now (shutting down, or the feature is off).
 	ErrUnavailable = errors.New("unavailable")
 	// ErrInternal: the server failed in a way the caller cannot fix.
@@ -38,6 +41,7 @@ const (
 	CodeMissingChunk      = "missing_chunk"
 	CodeUnauthorized      = "unauthorized"
 	CodeLimit             = "limit_exceeded"
+	CodeBusy              = "busy"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
 )
@@ -68,9 +72,15 @@ var kinds = []Kind{
 	{CodeUnauthorized, http.StatusUnauthorized, core.ErrBadToken},
 	{CodeLimit, http.StatusForbidden, ErrLimit},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, ErrTooLarge},
+	{CodeBusy, http.StatusTooManyRequests, ErrBusy},
 	{CodeUnavailable, http.StatusServiceUnavailable, ErrUnavailable},
 	{CodeInternal, http.StatusInternalServerError, ErrInternal},
 }
+
+// BusyRetryAfter is the Retry-After, in seconds, of every busy answer:
+// what it waits for is a running exec to end, and a second's poll costs a
+// client little while it keeps a queue of retries from hammering the server.
+const BusyRetryAfter = 1
 
 // Kinds returns the table, in the order KindOf tries it.
 func Kinds() []Kind { return append([]Kind(nil), kinds...) }

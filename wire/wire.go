@@ -94,7 +94,7 @@ type ExecRequest struct {
 // is produced, then exactly one "exit" event carrying the journal record.
 type ExecEvent struct {
 	Seq    uint64     `json:"seq"`
-	Type   string     `json:"type"`               // "output" or "exit"
+	Type   string     `json:"type"`               // "output", "truncated" (the output log reached its cap; Data says so) or "exit"
 	Stream string     `json:"stream,omitempty"`   // "stdout" or "stderr"
 	Data   string     `json:"data,omitempty"`     // the bytes, when they are valid UTF-8
 	Data64 []byte     `json:"data_b64,omitempty"` // otherwise, base64

@@ -111,6 +111,10 @@ func printEvent(c *cli.Context, enc *json.Encoder, asJSON bool, ev wire.ExecEven
 	if asJSON {
 		return enc.Encode(ev)
 	}
+	if ev.Type == "truncated" {
+		_, err := io.WriteString(c.App.ErrWriter, ev.Data)
+		return err
+	}
 	if ev.Type != "output" {
 		return nil
 	}

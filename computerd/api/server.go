@@ -251,6 +251,9 @@ func writeError(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
 	w.Header().Del("Content-Disposition")
+	if body.Code == wire.CodeBusy {
+		w.Header().Set("Retry-After", strconv.Itoa(wire.BusyRetryAfter))
+	}
 	w.WriteHeader(body.Status)
 	json.NewEncoder(w).Encode(body)
 }

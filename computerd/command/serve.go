@@ -16,6 +16,7 @@ import (
 
 	"computerd/computerd/api"
 	"computerd/computerd/daemon"
+	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -40,6 +41,13 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "token", Usage: "with --home: a token of the tenant this executor serves", EnvVars: []string{"COMPUTERD_HOME_TOKEN"}},
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "timeout of an exec that names none", Value: daemon.DefaultExecTimeout},
+			&cli.DurationFlag{Name: "exec-max-timeout", Usage: "ceiling of the timeout an exec may ask for (above it: refused)", Value: daemon.DefaultExecMaxTimeout},
+			&cli.Int64Flag{Name: "exec-max-memory", Usage: "ceiling of the memory an exec may ask for, bytes", Value: daemon.DefaultExecMaxMemory},
+			&cli.Int64Flag{Name: "exec-max-pids", Usage: "ceiling of the processes and threads an exec may ask for", Value: daemon.DefaultExecMaxPids},
+			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (the default is the host's count)", Value: daemon.DefaultExecMaxCPUs()},
+			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
+			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
+			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
@@ -68,20 +76,36 @@ func serve(c *cli.Context) error {
 	if c.Duration("gc-interval") < 0 {
 		return fmt.Errorf("--gc-interval %s: want 0 (never) or more", c.Duration("gc-interval"))
 	}
+	// A ceiling of 0 would read as "the default" further in: refuse it.
+	for name, v := range map[string]float64{
+		"exec-max-timeout": c.Duration("exec-max-timeout").Seconds(), "exec-max-memory": float64(c.Int64("exec-max-memory")),
+		"exec-max-pids": float64(c.Int64("exec-max-pids")), "exec-max-cpus": c.Float64("exec-max-cpus"),
+		"exec-max-per-tenant": float64(c.Int("exec-max-per-tenant")), "exec-max-total": float64(c.Int("exec-max-total")),
+		"exec-max-output": float64(c.Int64("exec-max-output")),
+	} {
+		if v <= 0 {
+			return fmt.Errorf("--%s: want more than 0", name)
+		}
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
-		DataDir:       c.String("data"),
-		Listen:        c.String("listen"),
-		MetricsListen: c.String("metrics-listen"),
-		Log:           log,
-		SyncFull:      c.Bool("sync-full"),
-		Home:          c.String("home"),
-		HomeToken:     c.String("token"),
-		NoExec:        c.Bool("no-exec"),
-		ExecTimeout:   c.Duration("exec-timeout"),
-		SandboxHelper: helper,
-		SandboxWarm:   c.Int("sandbox-warm"),
-		Retention:     retention,
-		GCInterval:    c.Duration("gc-interval"),
+		DataDir:          c.String("data"),
+		Listen:           c.String("listen"),
+		MetricsListen:    c.String("metrics-listen"),
+		Log:              log,
+		SyncFull:         c.Bool("sync-full"),
+		Home:             c.String("home"),
+		HomeToken:        c.String("token"),
+		NoExec:           c.Bool("no-exec"),
+		ExecTimeout:      c.Duration("exec-timeout"),
+		ExecMaxTimeout:   c.Duration("exec-max-timeout"),
+		ExecMaxLimits:    core.Limits{Memory: c.Int64("exec-max-memory"), Pids: c.Int64("exec-max-pids"), CPUs: c.Float64("exec-max-cpus")},
+		ExecMaxPerTenant: c.Int("exec-max-per-tenant"),
+		ExecMaxTotal:     c.Int("exec-max-total"),
+		ExecMaxOutput:    c.Int64("exec-max-output"),
+		SandboxHelper:    helper,
+		SandboxWarm:      c.Int("sandbox-warm"),
+		Retention:        retention,
+		GCInterval:       c.Duration("gc-interval"),
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),

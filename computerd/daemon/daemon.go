@@ -53,6 +53,17 @@ type Config struct {
 	SandboxWarm int
 	// ExecTimeout is the default exec timeout (0: DefaultExecTimeout).
 	ExecTimeout time.Duration
+	// ExecMaxLimits are the ceilings of what an exec may ask for (zero
+	// fields: DefaultExecMaxMemory, DefaultExecMaxPids, DefaultExecMaxCPUs),
+	// ExecMaxTimeout the ceiling of its timeout (0: DefaultExecMaxTimeout).
+	ExecMaxLimits  core.Limits
+	ExecMaxTimeout time.Duration
+	// ExecMaxPerTenant and ExecMaxTotal bound the execs running at once
+	// (0: DefaultExecMaxPerTenant, DefaultExecMaxTotal).
+	ExecMaxPerTenant, ExecMaxTotal int
+	// ExecMaxOutput bounds each exec's stored output log, bytes
+	// (0: DefaultExecMaxOutput).
+	ExecMaxOutput int64
 	// Retention is the policy by which the daemon prunes old revisions
 	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
 	Retention fsstore.Policy
@@ -75,7 +86,17 @@ const (
 	DefaultSandboxWarm = 2
 	// DefaultExecTimeout is the timeout of an exec that names none.
 	DefaultExecTimeout = runner.DefaultTimeout
+	// The exec ceilings and bounds; runner.Runner's defaults say why these.
+	DefaultExecMaxMemory    = runner.MaxMemory
+	DefaultExecMaxPids      = runner.MaxPids
+	DefaultExecMaxTimeout   = runner.MaxTimeout
+	DefaultExecMaxPerTenant = runner.MaxPerTenant
+	DefaultExecMaxTotal     = runner.MaxTotal
+	DefaultExecMaxOutput    = runner.MaxOutput
 )
+
+// DefaultExecMaxCPUs is the CPU ceiling of an exec: the host's CPUs.
+func DefaultExecMaxCPUs() float64 { return runner.MaxCPUs() }
 
 // Daemon is a running computerd.
 type Daemon struct {
@@ -223,6 +244,8 @@ func (d *Daemon) openRunner(ctx context.Context) error {
 	d.Runner = &runner.Runner{
 		Store: d.Store, Sandbox: d.sandbox, Metrics: d.Metrics, Log: d.cfg.Log,
 		Dir: runDir(d.cfg.DataDir), DefaultTimeout: d.cfg.ExecTimeout,
+		MaxTimeout: d.cfg.ExecMaxTimeout, MaxLimits: d.cfg.ExecMaxLimits,
+		MaxPerTenant: d.cfg.ExecMaxPerTenant, MaxTotal: d.cfg.ExecMaxTotal, MaxOutput: d.cfg.ExecMaxOutput,
 	}
 	if d.remote != nil {
 		d.Runner.Remote = d.remote.runner()

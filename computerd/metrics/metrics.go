@@ -44,6 +44,11 @@ type Metrics struct {
 	ExecDuration   prometheus.Histogram
 	ExecsRunning   prometheus.Gauge
 	ExecContainers *prometheus.CounterVec
+	// ExecsRefused counts execs refused before they ran, by reason
+	// (ceiling: asked above a --exec-max-* ceiling; busy: at the running
+	// limit); ExecsTruncated those whose output reached the cap.
+	ExecsRefused   *prometheus.CounterVec
+	ExecsTruncated prometheus.Counter
 
 	// Retention (serve's --retention): passes by outcome (ok, error), the
 	// revisions they pruned, the chunks they deleted and those chunks'
@@ -101,6 +106,12 @@ func New() *Metrics {
 		Name: "computerd_exec_duration_seconds", Help: "Exec durations, request to recorded result.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
 	})
+	m.ExecsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_execs_refused_total", Help: "Execs refused before they ran, by reason (ceiling, busy).",
+	}, []string{"reason"})
+	m.ExecsTruncated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "computerd_execs_output_truncated_total", Help: "Execs whose stored output reached the per-exec cap.",
+	})
 	m.ExecsRunning = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "computerd_execs_running", Help: "Execs (containers) running now.",
 	})
@@ -124,7 +135,7 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 	})
 	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
-	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers)
+	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecsRefused, m.ExecsTruncated)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -47,12 +48,30 @@ type Request struct {
 	HomeBase  int64 // executor: the home revision Workspace mirrors
 }
 
-// Defaults of the Runner's fields.
+// Defaults of the Runner's fields: the ceilings no request may ask
+// above, and the bounds of what execs may hold at once. Each bounds one
+// way a caller could take the host: memory and pids that the host must
+// actually have (4 GiB and 4096 sit well above the sandbox's defaults of
+// 1 GiB and 512, yet far below a host's whole), CPUs beyond the host's
+// own are meaningless, an exec held an hour holds its mount and container
+// that long, and every running exec holds a container, a FUSE mount and a
+// few goroutines: 8 per tenant lets an agent fan out, 32 in all keeps a
+// 2-core host answering. 64 MiB of output per exec is far more than any
+// reader (human or model) takes in, and 32 execs of it stay under 2 GiB.
 const (
-	DefaultTimeout  = 10 * time.Minute
-	MaxTimeout      = 24 * time.Hour
-	OutputRetention = 24 * time.Hour
+	DefaultTimeout   = 10 * time.Minute
+	MaxTimeout       = time.Hour
+	OutputRetention  = 24 * time.Hour
+	MaxMemory        = 4 << 30
+	MaxPids          = 4096
+	MaxPerTenant     = 8
+	MaxTotal         = 32
+	MaxOutput        = 64 << 20
+	outputMarkerText = "computerd: output truncated at the exec output cap of %d bytes; the command runs on, its further output is counted, not kept\n"
 )
+
+// MaxCPUs is the default CPU ceiling: the host's CPUs.
+func MaxCPUs() float64 { return float64(runtime.NumCPU()) }
 
 // Event is one line of an exec's event stream.
 type Event = wire.ExecEvent
@@ -71,11 +90,24 @@ type Runner struct {
 	// OutputRetention is how long output logs are kept (default
 	// OutputRetention).
 	OutputRetention time.Duration
+	// MaxLimits are the ceilings of a request's limits (zero fields:
+	// MaxMemory, MaxPids, MaxCPUs); a request above one is refused.
+	MaxLimits core.Limits
+	// MaxPerTenant and MaxTotal bound the execs running at once, of one
+	// tenant and in all (defaults MaxPerTenant, MaxTotal); an exec over
+	// either is refused as busy.
+	MaxPerTenant, MaxTotal int
+	// MaxOutput bounds the bytes of an exec's stored output log, both
+	// streams together (default MaxOutput); beyond it the log holds a
+	// truncated event and the command runs on unrecorded.
+	MaxOutput int64
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
 
 	mu      sync.Mutex
 	running map[string]*run
+	active  map[string]int // running execs (and admitted ones) per tenant
+	total   int            // their sum
 	closing bool           // set by Close: no new execs (under mu)
 	execs   sync.WaitGroup // execs in flight, each also in group
 
@@ -119,6 +151,19 @@ func (r *Runner) defaults() {
 	}
 	if r.running == nil {
 		r.running = map[string]*run{}
+	}
+	if r.active == nil {
+		r.active = map[string]int{}
+	}
+	r.MaxLimits = r.MaxLimits.Or(core.Limits{Memory: MaxMemory, Pids: MaxPids, CPUs: MaxCPUs()})
+	if r.MaxPerTenant <= 0 {
+		r.MaxPerTenant = MaxPerTenant
+	}
+	if r.MaxTotal <= 0 {
+		r.MaxTotal = MaxTotal
+	}
+	if r.MaxOutput <= 0 {
+		r.MaxOutput = MaxOutput
 	}
 }
 
@@ -234,10 +279,17 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
-		timeout = r.DefaultTimeout
+		// The default never exceeds the ceiling: a request naming no
+		// timeout is not refused for one it did not ask for.
+		timeout = min(r.DefaultTimeout, r.MaxTimeout)
 	}
 	if timeout > r.MaxTimeout {
-		return core.Exec{}, fmt.Errorf("exec: timeout %v over the limit of %v: %w", timeout, r.MaxTimeout, core.ErrInvalidArgument)
+		r.refused("ceiling")
+		return core.Exec{}, fmt.Errorf("exec: timeout %v is over the ceiling exec-max-timeout=%v: %w", timeout, r.MaxTimeout, core.ErrInvalidArgument)
+	}
+	if err := r.checkCeilings(req.Limits); err != nil {
+		r.refused("ceiling")
+		return core.Exec{}, err
 	}
 	if _, err := core.CleanPath(req.Cwd); err != nil {
 		return core.Exec{}, err
@@ -253,6 +305,24 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	if r.isClosing() {
 		return core.Exec{}, errClosing
 	}
+	if err := r.admit(req.Tenant); err != nil {
+		// A retry of a keyed exec is no new exec: it attaches to the
+		// one it started (or gets its result) even while the tenant is
+		// at its limit.
+		if req.Key != "" {
+			if rec, ferr := r.Store.ExecByKey(ctx, req.Tenant, req.Workspace.ID, req.Key); ferr == nil {
+				return rec, nil
+			}
+		}
+		r.refused("busy")
+		return core.Exec{}, err
+	}
+	admitted := true
+	defer func() {
+		if admitted {
+			r.release(req.Tenant)
+		}
+	}()
 	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
 		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
@@ -260,7 +330,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	if err != nil || !started {
 		return rec, err
 	}
-	out, err := createOutputLog(r.outputPath(rec.ID))
+	out, err := createOutputLog(r.outputPath(rec.ID), r.MaxOutput)
 	if err != nil {
 		r.fail(ctx, rec, err)
 		return rec, err
@@ -273,6 +343,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		out.finish(r.fail(ctx, rec, errClosing))
 		return rec, errClosing
 	}
+	admitted = false // the exec's goroutine releases it
 	rctx, cancel := context.WithCancelCause(r.ctx)
 	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.running[rec.ID] = ru
@@ -288,6 +359,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		r.mu.Lock()
 		delete(r.running, rec.ID)
 		r.mu.Unlock()
+		r.release(req.Tenant)
 		if r.Metrics != nil {
 			r.Metrics.ExecsRunning.Dec()
 		}
@@ -298,6 +370,52 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	})
 	r.mu.Unlock()
 	return rec, nil
+}
+
+// checkCeilings refuses limits above the runner's ceilings.
+func (r *Runner) checkCeilings(l core.Limits) error {
+	switch {
+	case l.Memory > r.MaxLimits.Memory:
+		return fmt.Errorf("exec: memory %d bytes is over the ceiling exec-max-memory=%d: %w", l.Memory, r.MaxLimits.Memory, core.ErrInvalidArgument)
+	case l.Pids > r.MaxLimits.Pids:
+		return fmt.Errorf("exec: pids %d is over the ceiling exec-max-pids=%d: %w", l.Pids, r.MaxLimits.Pids, core.ErrInvalidArgument)
+	case l.CPUs > r.MaxLimits.CPUs:
+		return fmt.Errorf("exec: cpus %v is over the ceiling exec-max-cpus=%v: %w", l.CPUs, r.MaxLimits.CPUs, core.ErrInvalidArgument)
+	case l.Tmp > r.MaxLimits.Memory:
+		return fmt.Errorf("exec: tmp %d bytes is over the ceiling exec-max-memory=%d: %w", l.Tmp, r.MaxLimits.Memory, core.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (r *Runner) refused(reason string) {
+	if r.Metrics != nil {
+		r.Metrics.ExecsRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// admit takes a slot for one more exec of tenant, or says why not.
+func (r *Runner) admit(tenant string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.active[tenant] >= r.MaxPerTenant:
+		return fmt.Errorf("exec: tenant %s already runs the most execs at once, exec-max-per-tenant=%d; retry when one ends: %w", tenant, r.MaxPerTenant, wire.ErrBusy)
+	case r.total >= r.MaxTotal:
+		return fmt.Errorf("exec: computerd already runs the most execs at once, exec-max-total=%d; retry when one ends: %w", r.MaxTotal, wire.ErrBusy)
+	}
+	r.active[tenant]++
+	r.total++
+	return nil
+}
+
+// release gives back a slot admit took.
+func (r *Runner) release(tenant string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[tenant]--; r.active[tenant] <= 0 {
+		delete(r.active, tenant)
+	}
+	r.total--
 }
 
 // errClosing refuses an exec that arrives while the runner closes.
@@ -410,6 +528,10 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
+	e.OutputTruncated = out.isTruncated()
+	if e.OutputTruncated && r.Metrics != nil {
+		r.Metrics.ExecsTruncated.Inc()
+	}
 	switch {
 	case errors.Is(runErr, sandbox.ErrStart), errors.Is(runErr, sandbox.ErrInvalidSpec):
 		// The command never ran (not found, bad cwd, ...): like a shell, 127.
@@ -545,25 +667,32 @@ func (r *Runner) Close(ctx context.Context) error {
 // wait for more.
 type outputLog struct {
 	path string
+	max  int64 // bytes of output events the log keeps
 	mu   sync.Mutex
 	f    *os.File
 	size int64
+	kept int64 // bytes of output events in it
+	cut  bool  // the truncated event is in it: no more output goes in
 	seq  uint64
 	done bool
 	wake chan struct{} // closed and replaced on every append
 }
 
-func createOutputLog(path string) (*outputLog, error) {
+func createOutputLog(path string, max int64) (*outputLog, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return &outputLog{path: path, f: f, wake: make(chan struct{})}, nil
+	return &outputLog{path: path, max: max, f: f, wake: make(chan struct{})}, nil
 }
 
 func (l *outputLog) append(ev Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.appendLocked(ev)
+}
+
+func (l *outputLog) appendLocked(ev Event) {
 	l.seq++
 	ev.Seq = l.seq
 	b, _ := json.Marshal(ev)
@@ -575,14 +704,64 @@ func (l *outputLog) append(ev Event) {
 	l.wake = make(chan struct{})
 }
 
+// output logs a piece of output while the log is under its cap. The cap
+// counts the stored form (JSON-escaped or base64, with the event's
+// framing), so that it bounds the disk the log takes, whatever the
+// command writes; the piece that would cross it is cut short, and a
+// truncated event marks where the log stops.
 func (l *outputLog) output(stream string, data []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut {
+		return
+	}
+	ev := outputEvent(stream, data)
+	n := l.eventSize(ev)
+	if l.kept+n > l.max {
+		// Keep the longest prefix that fits (halving: a piece is at most
+		// the sandbox's flush size), then the marker.
+		lo, hi := 0, len(data)
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if l.kept+l.eventSize(outputEvent(stream, data[:mid])) <= l.max {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		if lo > 0 {
+			l.kept += l.eventSize(outputEvent(stream, data[:lo]))
+			l.appendLocked(outputEvent(stream, data[:lo]))
+		}
+		l.cut = true
+		l.appendLocked(Event{Type: "truncated", Data: fmt.Sprintf(outputMarkerText, l.max)})
+		return
+	}
+	l.kept += n
+	l.appendLocked(ev)
+}
+
+func outputEvent(stream string, data []byte) Event {
 	ev := Event{Type: "output", Stream: stream}
 	if utf8.Valid(data) {
 		ev.Data = string(data)
 	} else {
 		ev.Data64 = data
 	}
-	l.append(ev)
+	return ev
+}
+
+// eventSize is the bytes ev takes in the log as its next event.
+func (l *outputLog) eventSize(ev Event) int64 {
+	ev.Seq = l.seq + 1
+	b, _ := json.Marshal(ev)
+	return int64(len(b)) + 1
+}
+
+func (l *outputLog) isTruncated() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut
 }
 
 func (l *outputLog) finish(e core.Exec) {
@@ -647,7 +826,7 @@ func replayLog(ctx context.Context, path string, rec core.Exec, fn func(Event) e
 				break
 			}
 			var ev Event
-			if json.Unmarshal(line, &ev) != nil || ev.Type != "output" {
+			if json.Unmarshal(line, &ev) != nil || ev.Type != "output" && ev.Type != "truncated" {
 				continue
 			}
 			seq = ev.Seq
