@@ -1,0 +1,324 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"computerd/client"
+	"computerd/computerd/daemon"
+	"computerd/core"
+	"computerd/wire"
+)
+
+// short are the HTTP timeouts of these tests' daemons: seconds, not minutes.
+var short = daemon.HTTPTimeouts{
+	ReadHeader: time.Second, Idle: 2 * time.Second, Body: 2 * time.Second,
+	BodyMinRate: 2 << 10, Write: time.Second,
+}
+
+// dialAPI opens a raw connection to addr (host:port of a daemon's URL).
+func dialAPI(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func hostOf(t *testing.T, u string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Host
+}
+
+// closedWithin waits up to limit for the server to close c and reports
+// how long that took, or an error if it did not.
+func closedWithin(c net.Conn, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	c.SetReadDeadline(start.Add(limit))
+	_, err := io.Copy(io.Discard, c)
+	took := time.Since(start)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return took, fmt.Errorf("still open after %s", limit)
+	}
+	return took, nil
+}
+
+// putHead is the header of a PUT of n bytes to path in w.
+func putHead(token, path string, n int) string {
+	return fmt.Sprintf("PUT /v1/workspaces/w/files/%s HTTP/1.1\r\nHost: computerd\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", path, token, n)
+}
+
+// Idle and trickling connections are closed by their deadlines, on the API
+// and the metrics listener, while a normal client is answered promptly.
+func TestHTTPSlowClientsDoNotStarve(t *testing.T) {
+	e := startWith(t, daemon.Config{NoExec: true, HTTP: short})
+	e.ok("ws", "create", "w")
+	api, metrics := hostOf(t, e.d.URL()), hostOf(t, e.d.MetricsURL())
+	get := fmt.Sprintf("GET /v1/workspaces HTTP/1.1\r\nHost: computerd\r\nAuthorization: Bearer %s\r\n\r\n", e.token)
+
+	type result struct {
+		kind string
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, 300)
+	var wg sync.WaitGroup
+	// Kept alive after one answer, then silent.
+	idle := func(addr, req string) {
+		c := dialAPI(t, addr)
+		wg.Go(func() {
+			br := bufio.NewReader(c)
+			if _, err := io.WriteString(c, req); err != nil {
+				results <- result{"idle", 0, err}
+				return
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				results <- result{"idle", 0, err}
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			took, err := closedWithin(c, short.Idle+5*time.Second)
+			results <- result{"idle", took, err}
+		})
+	}
+	for range 200 {
+		idle(api, get)
+	}
+	for range 10 {
+		idle(metrics, "GET /metrics HTTP/1.1\r\nHost: computerd\r\n\r\n")
+	}
+	// A request body at a byte a second, or a header at five.
+	trickle := func(kind, head string, tail string, every time.Duration) {
+		c := dialAPI(t, api)
+		wg.Go(func() {
+			if _, err := io.WriteString(c, head); err != nil {
+				results <- result{kind, 0, err}
+				return
+			}
+			stop := make(chan struct{})
+			wg.Go(func() {
+				for i := 0; i < len(tail); i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(every):
+					}
+					if _, err := io.WriteString(c, tail[i:i+1]); err != nil {
+						return
+					}
+				}
+			})
+			took, err := closedWithin(c, 10*time.Second)
+			close(stop)
+			results <- result{kind, took, err}
+		})
+	}
+	for i := range 50 {
+		trickle("body", putHead(e.token, fmt.Sprint("slow/", i), 100), strings.Repeat("x", 100), time.Second)
+	}
+	for range 20 {
+		trickle("header", "GET /v1/workspaces HTTP/1.1\r\n", "X-Slow: "+strings.Repeat("y", 100), 200*time.Millisecond)
+	}
+
+	// Meanwhile, a normal client writes and reads.
+	cl := client.New(e.d.URL(), e.token)
+	var lat []time.Duration
+	ctx := context.Background()
+	deadline := time.Now().Add(short.Idle + 2*time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		start := time.Now()
+		p := fmt.Sprint("fast/", i%20)
+		if _, err := cl.Write(ctx, "w", p, strings.NewReader("hello"), client.WriteOptions{}); err != nil {
+			t.Fatalf("normal write: %v", err)
+		}
+		lat = append(lat, time.Since(start))
+		start = time.Now()
+		if _, err := cl.Stat(ctx, "w", p, core.Head); err != nil {
+			t.Fatalf("normal stat: %v", err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	wg.Wait()
+	close(results)
+
+	limits := map[string]time.Duration{
+		"idle":   short.Idle + 2*time.Second,
+		"body":   short.Body + 2*time.Second,
+		"header": short.ReadHeader + 2*time.Second,
+	}
+	worst := map[string]time.Duration{}
+	for r := range results {
+		if r.err != nil {
+			t.Errorf("%s connection: %v", r.kind, r.err)
+			continue
+		}
+		worst[r.kind] = max(worst[r.kind], r.took)
+		if r.took > limits[r.kind] {
+			t.Errorf("%s connection closed after %s, want within %s", r.kind, r.took, limits[r.kind])
+		}
+	}
+	slices.Sort(lat)
+	p99 := lat[len(lat)*99/100]
+	t.Logf("%d normal requests: p50 %s, p99 %s, max %s; slowest close: %v", len(lat), lat[len(lat)/2], p99, lat[len(lat)-1], worst)
+	if p99 > 500*time.Millisecond {
+		t.Errorf("normal requests' p99 %s beside slow clients, want under 500ms", p99)
+	}
+	for p := range e.tree("w") {
+		if strings.HasPrefix(p, "slow") {
+			t.Errorf("a trickled upload was committed: %s", p)
+		}
+	}
+}
+
+// A body's deadline moves while it arrives at the minimum rate or faster,
+// for longer than the body timeout; a body that stops is cut.
+func TestHTTPBodyDeadlineMoves(t *testing.T) {
+	e := startWith(t, daemon.Config{NoExec: true, HTTP: short})
+	e.ok("ws", "create", "w")
+	piece := bytes.Repeat([]byte("z"), 1<<10) // half a second of credit at 2 KiB/s
+	tests := []struct {
+		name   string
+		pieces int           // sent of 8
+		every  time.Duration // between pieces
+		ok     bool
+	}{
+		{"steady for twice the body timeout", 8, 500 * time.Millisecond, true},
+		{"stops half way", 4, 100 * time.Millisecond, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fmt.Sprint("up", i)
+			c := dialAPI(t, hostOf(t, e.d.URL()))
+			start := time.Now()
+			if _, err := io.WriteString(c, putHead(e.token, p, 8*len(piece))); err != nil {
+				t.Fatal(err)
+			}
+			for range tt.pieces {
+				time.Sleep(tt.every)
+				if _, err := c.Write(piece); err != nil {
+					t.Fatalf("after %s: %v", time.Since(start), err)
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(short.Body + 3*time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			took := time.Since(start)
+			if tt.ok {
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("upload over %s: %v %v", took, resp, err)
+				}
+				if got := e.tree("w")[p]; len(got) != 8*len(piece) {
+					t.Fatalf("stored %d bytes, want %d", len(got), 8*len(piece))
+				}
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("a stopped upload still open after %s", took)
+			}
+			if _, ok := e.tree("w")[p]; ok {
+				t.Fatal("a cut upload was committed")
+			}
+			t.Logf("cut after %s (%v)", took, resp.Status)
+		})
+	}
+}
+
+// A client that stops reading a download is cut once one write has waited
+// the write timeout; the server does not hold its answer forever.
+func TestHTTPWriteDeadlineCutsStalledReader(t *testing.T) {
+	e := startWith(t, daemon.Config{NoExec: true, HTTP: short})
+	e.ok("ws", "create", "w")
+	const size = 64 << 20 // far more than the sockets buffer
+	cl := client.New(e.d.URL(), e.token)
+	if _, err := cl.Write(context.Background(), "w", "big", io.LimitReader(zeros{}, size), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+	}}
+	c, err := d.Dial("tcp", hostOf(t, e.d.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /v1/workspaces/w/export HTTP/1.1\r\nHost: computerd\r\nAuthorization: Bearer %s\r\n\r\n", e.token)
+	time.Sleep(short.Write + 2*time.Second)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("stalled download still open: read %d bytes", n)
+	}
+	if n >= size {
+		t.Fatalf("the stalled download was not cut: read all %d bytes (%v)", n, err)
+	}
+	t.Logf("cut after %d of %d bytes (%v)", n, size, err)
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// Quiet streams outlive every timeout: an exec that prints nothing for
+// longer than the write, body and idle timeouts, and a run follow waiting.
+func TestHTTPQuietStreamsLive(t *testing.T) {
+	needExec(t)
+	e := startWith(t, daemon.Config{HTTP: short})
+	e.ok("ws", "create", "w")
+	quiet := short.Write + short.Body + short.Idle // 5s
+
+	cl := client.New(e.d.URL(), e.token)
+	run, err := cl.CreateRun(context.Background(), "w", wire.CreateRun{Task: "wait", Driver: "d", Provider: "openai", Model: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seen := make(chan core.Step, 10)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- cl.FollowRun(ctx, run.ID, 0, true, func(st core.Step) error { seen <- st; return nil })
+	}()
+
+	start := time.Now()
+	out, errs, code := e.exec("w", "--shell", fmt.Sprintf("sleep %d; echo done", int(quiet.Seconds())))
+	if out != "done\n" || code != 0 {
+		t.Fatalf("quiet exec after %s: %q, status %d, stderr %q", time.Since(start), out, code, errs)
+	}
+	if _, err := cl.BeginStep(ctx, "d", core.Step{Run: run.ID, Seq: 1, Kind: core.StepModel}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-seen:
+		if st.Seq != 1 {
+			t.Fatalf("follower saw %+v", st)
+		}
+	case err := <-followed:
+		t.Fatalf("follow ended after %s of quiet: %v", time.Since(start), err)
+	case <-ctx.Done():
+		t.Fatal("follower never saw the step")
+	}
+}
