@@ -240,7 +240,11 @@ func TestHTTPBodyDeadlineMoves(t *testing.T) {
 			if _, ok := e.tree("w")[p]; ok {
 				t.Fatal("a cut upload was committed")
 			}
-			t.Logf("cut after %s (%v)", took, resp.Status)
+			if err == nil {
+				t.Logf("cut after %s: %s", took, resp.Status)
+			} else {
+				t.Logf("cut after %s: %v", took, err)
+			}
 		})
 	}
 }
