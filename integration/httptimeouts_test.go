@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"computerd/client"
+	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
 	"computerd/core"
 	"computerd/wire"
@@ -324,5 +326,45 @@ func TestHTTPQuietStreamsLive(t *testing.T) {
 		t.Fatalf("follow ended after %s of quiet: %v", time.Since(start), err)
 	case <-ctx.Done():
 		t.Fatal("follower never saw the step")
+	}
+}
+
+// computerd serve's --http-* flags reach its servers, and refuse nonsense.
+func TestHTTPServeFlags(t *testing.T) {
+	for _, tc := range []struct{ flags []string }{
+		{[]string{"--http-idle-timeout", "0s"}},
+		{[]string{"--http-body-timeout", "-1s"}},
+		{[]string{"--http-body-min-rate", "0"}},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.flags...)
+		err := daemoncmd.Run(context.Background(), args, io.Discard, io.Discard)
+		if want := tc.flags[0] + " " + tc.flags[1] + ": want more than 0"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve %v: %v, want an error with %q", tc.flags, err, want)
+		}
+	}
+
+	dir := t.TempDir()
+	ch := startChild(t, dir, "--no-exec", "--metrics-listen", "127.0.0.1:0", "--http-idle-timeout", "1s", "--http-read-header-timeout", "1s")
+	token := tokenFor(t, dir, "alice")
+	for _, addr := range []string{hostOf(t, ch.url), hostOf(t, ch.metrics)} {
+		c := dialAPI(t, addr)
+		fmt.Fprintf(c, "GET /v1/workspaces HTTP/1.1\r\nHost: computerd\r\nAuthorization: Bearer %s\r\n\r\n", token)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		took, err := closedWithin(c, 5*time.Second)
+		if err != nil || took > 3*time.Second {
+			t.Errorf("%s: idle connection closed after %s (%v), want about 1s", addr, took, err)
+		}
+		// A header that never ends.
+		c = dialAPI(t, addr)
+		io.WriteString(c, "GET /metrics HTTP/1.1\r\n")
+		if took, err := closedWithin(c, 5*time.Second); err != nil || took > 3*time.Second {
+			t.Errorf("%s: unfinished header closed after %s (%v), want about 1s", addr, took, err)
+		}
 	}
 }
