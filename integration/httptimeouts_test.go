@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"computerd/client"
 	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
@@ -289,12 +291,13 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 // Quiet streams outlive every timeout: an exec that prints nothing for
-// longer than the write, body and idle timeouts, and a run follow waiting.
+// longer than the write, body and idle timeouts (through agentctl and
+// MCP), and a run follow waiting.
 func TestHTTPQuietStreamsLive(t *testing.T) {
 	needExec(t)
 	e := startWith(t, daemon.Config{HTTP: short})
 	e.ok("ws", "create", "w")
-	quiet := short.Write + short.Body + short.Idle // 5s
+	quiet := max(short.Write, short.Body, short.Idle) + time.Second
 
 	cl := client.New(e.d.URL(), e.token)
 	run, err := cl.CreateRun(context.Background(), "w", wire.CreateRun{Task: "wait", Driver: "d", Provider: "openai", Model: "m1"})
@@ -309,10 +312,39 @@ func TestHTTPQuietStreamsLive(t *testing.T) {
 		followed <- cl.FollowRun(ctx, run.ID, 0, true, func(st core.Step) error { seen <- st; return nil })
 	}()
 
+	// An MCP exec call, its answer an SSE stream, as quiet.
+	quietCmd := fmt.Sprintf("sleep %d; echo done", int(quiet.Seconds()))
+	cs, _ := mcpClient(t, e.httpTransport(e.token, "w"))
+	mcpDone := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": quietCmd}})
+		switch {
+		case err != nil:
+			mcpDone <- err
+		case res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "done"):
+			mcpDone <- fmt.Errorf("result %+v", res.Content[0])
+		default:
+			mcpDone <- nil
+		}
+	}()
+
+	// The exec's own stream, read raw: no client reattaches to a cut one.
 	start := time.Now()
-	out, errs, code := e.exec("w", "--shell", fmt.Sprintf("sleep %d; echo done", int(quiet.Seconds())))
-	if out != "done\n" || code != 0 {
-		t.Fatalf("quiet exec after %s: %q, status %d, stderr %q", time.Since(start), out, code, errs)
+	body := fmt.Sprintf(`{"argv":["sh","-c",%q]}`, quietCmd)
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.d.URL()+"/v1/workspaces/w/exec", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		events = append(events, sc.Text())
+	}
+	if len(events) < 2 || !strings.Contains(events[0], `"data":"done\n"`) || !strings.Contains(events[len(events)-1], `"type":"exit"`) {
+		t.Fatalf("quiet exec's stream after %s (%v): %q, want its output and exit", time.Since(start), sc.Err(), events)
 	}
 	if _, err := cl.BeginStep(ctx, "d", core.Step{Run: run.ID, Seq: 1, Kind: core.StepModel}); err != nil {
 		t.Fatal(err)
@@ -326,6 +358,9 @@ func TestHTTPQuietStreamsLive(t *testing.T) {
 		t.Fatalf("follow ended after %s of quiet: %v", time.Since(start), err)
 	case <-ctx.Done():
 		t.Fatal("follower never saw the step")
+	}
+	if err := <-mcpDone; err != nil {
+		t.Fatalf("quiet MCP exec after %s: %v", time.Since(start), err)
 	}
 }
 

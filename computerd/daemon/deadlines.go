@@ -120,10 +120,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	b.waited += time.Since(start)
 	b.n += int64(n)
 	if err == io.EOF {
-		// The server now reads in the background to see the client
-		// go; a deadline there would end a long answer's context.
+		// The server now reads in the background, with no deadline, to
+		// see the client go; one set under it would end a long
+		// answer's context, so no later read sets any.
 		b.done = true
-		b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
 }
