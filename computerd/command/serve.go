@@ -32,6 +32,11 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: api.DefaultMaxWorkspaces},
 			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: api.DefaultMaxJSONBody},
 			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: api.DefaultMaxUpload},
+			&cli.DurationFlag{Name: "http-read-header-timeout", Usage: "longest time to read a request's header", Value: daemon.DefaultHTTPReadHeaderTimeout},
+			&cli.DurationFlag{Name: "http-idle-timeout", Usage: "how long a kept-alive connection may wait for its next request", Value: daemon.DefaultHTTPIdleTimeout},
+			&cli.DurationFlag{Name: "http-body-timeout", Usage: "longest wait for more of a request body (file write, attach, push), and the grace before --http-body-min-rate applies", Value: daemon.DefaultHTTPBodyTimeout},
+			&cli.Int64Flag{Name: "http-body-min-rate", Usage: "slowest a request body may arrive, bytes per second of waiting for it (a trickling upload is cut)", Value: daemon.DefaultHTTPBodyMinRate},
+			&cli.DurationFlag{Name: "http-write-timeout", Usage: "longest one write of an answer may wait for a client that does not read it (each write moves the deadline on; a quiet stream is never cut)", Value: daemon.DefaultHTTPWriteTimeout},
 			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls and execs may finish after SIGINT/SIGTERM", Value: defaultShutdownGrace},
 			&cli.StringFlag{Name: "retention", Usage: "which revisions to keep: for=AGE (e.g. 7d, 36h) and/or last=N per workspace, comma-separated, a revision going only when no rule keeps it; all: keep every revision", Value: fsstore.DefaultPolicy.String()},
 			&cli.DurationFlag{Name: "gc-interval", Usage: "how often to prune by --retention and reclaim the space of unreferenced chunks (0: never)", Value: daemon.DefaultGCInterval},
@@ -87,6 +92,14 @@ func serve(c *cli.Context) error {
 			return fmt.Errorf("--%s: want more than 0", name)
 		}
 	}
+	for _, name := range []string{"http-read-header-timeout", "http-idle-timeout", "http-body-timeout", "http-write-timeout"} {
+		if c.Duration(name) <= 0 {
+			return fmt.Errorf("--%s %s: want more than 0", name, c.Duration(name))
+		}
+	}
+	if r := c.Int64("http-body-min-rate"); r <= 0 {
+		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
 		DataDir:          c.String("data"),
 		Listen:           c.String("listen"),
@@ -106,6 +119,13 @@ func serve(c *cli.Context) error {
 		SandboxWarm:      c.Int("sandbox-warm"),
 		Retention:        retention,
 		GCInterval:       c.Duration("gc-interval"),
+		HTTP: daemon.HTTPTimeouts{
+			ReadHeader:  c.Duration("http-read-header-timeout"),
+			Idle:        c.Duration("http-idle-timeout"),
+			Body:        c.Duration("http-body-timeout"),
+			BodyMinRate: c.Int64("http-body-min-rate"),
+			Write:       c.Duration("http-write-timeout"),
+		},
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),

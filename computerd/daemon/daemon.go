@@ -36,6 +36,9 @@ type Config struct {
 	MetricsListen string
 	// Limits bound callers (zero values take the API's defaults).
 	Limits api.Limits
+	// HTTP bounds how long a connection to the API or metrics server may
+	// wait on its client (zero fields take the defaults of HTTPTimeouts).
+	HTTP HTTPTimeouts
 	// Log receives the daemon's log (default: discard).
 	Log *slog.Logger
 	// SyncFull makes every commit fsync (survives power loss, not only crashes).
@@ -202,7 +205,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if d.remote != nil {
 		srv.Home, srv.Authenticate, srv.Mounts = d.remote.proxy, d.remote.authenticate, nil
 	}
-	d.api = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	d.api = newHTTPServer(srv.Handler(), cfg.HTTP, cfg.Log)
 	d.api.RegisterOnShutdown(srv.EndMCPStreams)
 	if d.apiLn, err = listen(cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -210,7 +213,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", d.Metrics.Handler())
-		d.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.metrics = newHTTPServer(mux, cfg.HTTP, cfg.Log)
 		if d.metricLn, err = listen(cfg.MetricsListen); err != nil {
 			return fmt.Errorf("metrics listen: %w", err)
 		}
