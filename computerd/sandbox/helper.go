@@ -339,7 +339,11 @@ func (c *helperClient) send(msg helperMsg, r *remoteRun) (uint64, error) {
 	}
 	if err := c.enc.Encode(msg); err != nil {
 		delete(c.runs, msg.Req)
-		return 0, fmt.Errorf("sandbox helper: %w", err)
+		// The connection is broken (the helper died): say so now, so that
+		// the next Run starts a new helper rather than waiting for the
+		// reader to see the end.
+		c.err = fmt.Errorf("sandbox helper: %w", err)
+		return 0, c.err
 	}
 	return msg.Req, nil
 }
