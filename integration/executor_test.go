@@ -326,15 +326,7 @@ func (p *cutProxy) serve(c net.Conn) {
 func TestExecutorPushRetriedOnce(t *testing.T) {
 	needExec(t)
 	ctx := context.Background()
-	homeDir := t.TempDir()
-	token := tokenFor(t, homeDir, "alice")
-	home := startChild(t, homeDir)
-	proxy := newCutProxy(t, strings.TrimPrefix(home.url, "http://"))
-	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
-	hc, xc := client.New(home.url, token), client.New(ex.url, token)
-	if _, err := hc.CreateWorkspace(ctx, "w"); err != nil {
-		t.Fatal(err)
-	}
+	hc, xc, proxy := startBehindCutProxy(t)
 	head := mustHead(t, hc, "w")
 	rec, err := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo once >> f.txt"}}, nil)
 	if err != nil || rec.State != core.ExecPending {
@@ -361,15 +353,7 @@ func TestExecutorPushRetriedOnce(t *testing.T) {
 func TestExecutorConflictRetriedOnce(t *testing.T) {
 	needExec(t)
 	ctx := context.Background()
-	homeDir := t.TempDir()
-	token := tokenFor(t, homeDir, "alice")
-	home := startChild(t, homeDir)
-	proxy := newCutProxy(t, strings.TrimPrefix(home.url, "http://"))
-	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
-	hc, xc := client.New(home.url, token), client.New(ex.url, token)
-	if _, err := hc.CreateWorkspace(ctx, "w"); err != nil {
-		t.Fatal(err)
-	}
+	hc, xc, proxy := startBehindCutProxy(t)
 	done := make(chan core.Exec)
 	go func() {
 		rec, _ := xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo exec > f.txt"}}, nil)
@@ -411,4 +395,21 @@ func TestExecutorConflictRetriedOnce(t *testing.T) {
 	if len(copies) != 1 {
 		t.Fatalf("conflict copies at the home: %v", copies)
 	}
+}
+
+// startBehindCutProxy starts a home with workspace w and an executor that
+// reaches it through a proxy which can cut answers; it returns clients of
+// both, as alice, and the proxy.
+func startBehindCutProxy(t *testing.T) (home, executor *client.Client, proxy *cutProxy) {
+	t.Helper()
+	homeDir := t.TempDir()
+	token := tokenFor(t, homeDir, "alice")
+	h := startChild(t, homeDir)
+	proxy = newCutProxy(t, strings.TrimPrefix(h.url, "http://"))
+	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
+	home, executor = client.New(h.url, token), client.New(ex.url, token)
+	if _, err := home.CreateWorkspace(context.Background(), "w"); err != nil {
+		t.Fatal(err)
+	}
+	return home, executor, proxy
 }

@@ -11,34 +11,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"computerd/client"
-	"computerd/computerd/api"
-	"computerd/fsstore"
+	"computerd/computerd/api/apitest"
 	"computerd/mcpserver"
 )
 
 // mustAPI serves a fresh store's API (no exec) and returns a client for
 // tenant alice, who owns workspaces w and v.
-func mustAPI(tb testing.TB) *client.Client {
-	tb.Helper()
-	ctx := context.Background()
-	st := fsstore.New(tb.TempDir())
-	if err := st.Open(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer((&api.Server{Store: st}).Handler())
-	tb.Cleanup(srv.Close)
-	token, _, err := st.CreateToken(ctx, "alice")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, ws := range []string{"w", "v"} {
-		if _, err := st.CreateWorkspace(ctx, "alice", ws); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return client.New(srv.URL, token)
-}
+func mustAPI(tb testing.TB) *client.Client { return apitest.Serve(tb, "w", "v") }
 
 // mustSession connects an SDK client to the server in memory.
 func mustSession(tb testing.TB, s *mcp.Server) *mcp.ClientSession {

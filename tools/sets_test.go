@@ -3,37 +3,18 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
-	"computerd/client"
-	"computerd/computerd/api"
-	"computerd/fsstore"
+	"computerd/computerd/api/apitest"
 	"computerd/tools"
 )
 
 // mustSet serves a fresh store's API (no exec) and returns a set over
 // workspace w of tenant alice.
 func mustSet(tb testing.TB, mcp bool) *tools.Set {
-	tb.Helper()
-	ctx := context.Background()
-	st := fsstore.New(tb.TempDir())
-	if err := st.Open(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer((&api.Server{Store: st}).Handler())
-	tb.Cleanup(srv.Close)
-	token, _, err := st.CreateToken(ctx, "alice")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := st.CreateWorkspace(ctx, "alice", "w"); err != nil {
-		tb.Fatal(err)
-	}
-	return &tools.Set{Client: client.New(srv.URL, token), Workspace: "w", MCP: mcp}
+	return &tools.Set{Client: apitest.Serve(tb, "w"), Workspace: "w", MCP: mcp}
 }
 
 func names(list []tools.Tool) []string {
