@@ -15,6 +15,7 @@ import (
 	agentcmd "computerd/agentctl/command"
 	"computerd/client"
 	"computerd/computerd/api"
+	"computerd/computerd/daemon"
 	"computerd/core"
 	"computerd/wire"
 )
@@ -23,7 +24,8 @@ import (
 // real computerd, and the client sees the code and status docs/API.md
 // promises and an error that errors.Is the store's own sentinel.
 func TestErrorKinds(t *testing.T) {
-	e := start(t, api.Limits{MaxJSONBody: 4 << 10, MaxWorkspaces: 2})
+	// Short HTTP timeouts, so a stalled upload is cut in seconds.
+	e := startWith(t, daemon.Config{Limits: api.Limits{MaxJSONBody: 4 << 10, MaxWorkspaces: 2}, HTTP: short})
 	ctx := context.Background()
 	cl := client.New(e.d.URL(), e.token)
 	e.ok("ws", "create", "w")
@@ -81,6 +83,14 @@ func TestErrorKinds(t *testing.T) {
 			_, err := cl.Ops(ctx, "w", wire.Ops{Ops: []core.Op{{Kind: core.OpMkdir, Path: "big", Mode: 0o755}}, Message: strings.Repeat("m", 8<<10)})
 			return err
 		}, "too_large", http.StatusRequestEntityTooLarge, wire.ErrTooLarge},
+		{"timeout", func() error {
+			// A body that sends a byte and stalls: the client is still
+			// there when computerd cuts it.
+			stall := make(chan struct{})
+			defer close(stall)
+			_, err := cl.Write(ctx, "w", "stalled", &stalledReader{stall: stall}, client.WriteOptions{})
+			return err
+		}, "timeout", http.StatusRequestTimeout, wire.ErrTimeout},
 		{"unknown_revision", func() error { return read("f", 999) },
 			"unknown_revision", http.StatusNotFound, core.ErrUnknownRevision},
 		{"workspace_not_found", func() error {
@@ -145,6 +155,7 @@ func TestErrorKinds(t *testing.T) {
 		covered := []string{"not_found", "exists", "not_dir", "is_dir", "not_empty", "invalid_path", "invalid", "conflict",
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
 			"limit_exceeded", "unavailable", "internal",
+			"timeout",
 			"busy"} // busy: TestExecBusy (exec_limits_test.go)
 		for _, k := range wire.Kinds() {
 			if !slices.Contains(covered, k.Code) {
@@ -152,6 +163,22 @@ func TestErrorKinds(t *testing.T) {
 			}
 		}
 	})
+}
+
+// stalledReader yields one byte, then blocks until stall closes.
+type stalledReader struct {
+	stall chan struct{}
+	sent  bool
+}
+
+func (r *stalledReader) Read(p []byte) (int, error) {
+	if !r.sent {
+		r.sent = true
+		p[0] = 'x'
+		return 1, nil
+	}
+	<-r.stall
+	return 0, io.ErrUnexpectedEOF
 }
 
 // A conflict keeps its paths on the way back, as a *core.ConflictError.

@@ -197,7 +197,8 @@ func TestHTTPSlowClientsDoNotStarve(t *testing.T) {
 }
 
 // A body's deadline moves while it arrives at the minimum rate or faster,
-// for longer than the body timeout; a body that stops is cut.
+// for longer than the body timeout; a body that stops is cut, answered
+// 408 timeout, and nothing is committed.
 func TestHTTPBodyDeadlineMoves(t *testing.T) {
 	e := startWith(t, daemon.Config{NoExec: true, HTTP: short})
 	e.ok("ws", "create", "w")
@@ -244,11 +245,18 @@ func TestHTTPBodyDeadlineMoves(t *testing.T) {
 			if _, ok := e.tree("w")[p]; ok {
 				t.Fatal("a cut upload was committed")
 			}
-			if err == nil {
-				t.Logf("cut after %s: %s", took, resp.Status)
-			} else {
-				t.Logf("cut after %s: %v", took, err)
+			// The client is still there to read it: the cut is a
+			// timeout, not the server's failure.
+			if err != nil {
+				t.Fatalf("cut after %s with no answer: %v", took, err)
 			}
+			if got, want := resp.StatusCode, http.StatusRequestTimeout; got != want {
+				t.Fatalf("cut after %s: status %d, want %d", took, got, want)
+			}
+			if we := refusal(t, resp); we.Code != wire.CodeTimeout {
+				t.Fatalf("cut after %s: code %q (%s), want %q", took, we.Code, we.Message, wire.CodeTimeout)
+			}
+			t.Logf("cut after %s: %s", took, resp.Status)
 		})
 	}
 }

@@ -101,6 +101,8 @@ func codeOfStatus(status int) string {
 		return CodeExists
 	case http.StatusRequestEntityTooLarge:
 		return CodeTooLarge
+	case http.StatusRequestTimeout:
+		return CodeTimeout
 	case http.StatusTooManyRequests:
 		return CodeBusy
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:

@@ -13,6 +13,9 @@ import (
 var (
 	// ErrTooLarge: a request body, or a file an operation must read whole, is over a limit.
 	ErrTooLarge = errors.New("too large")
+	// ErrTimeout: the request's body stopped arriving, or arrived too
+	// slowly, and the server cut it; nothing was committed.
+	ErrTimeout = errors.New("timeout")
 	// ErrLimit: the tenant is at a quota (its number of workspaces).
 	ErrLimit = errors.New("limit exceeded")
 	// ErrBusy: the server is at a concurrency limit (running execs, per
@@ -42,6 +45,7 @@ const (
 	CodeUnauthorized      = "unauthorized"
 	CodeLimit             = "limit_exceeded"
 	CodeBusy              = "busy"
+	CodeTimeout           = "timeout"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
 )
@@ -73,6 +77,7 @@ var kinds = []Kind{
 	{CodeLimit, http.StatusForbidden, ErrLimit},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, ErrTooLarge},
 	{CodeBusy, http.StatusTooManyRequests, ErrBusy},
+	{CodeTimeout, http.StatusRequestTimeout, ErrTimeout},
 	{CodeUnavailable, http.StatusServiceUnavailable, ErrUnavailable},
 	{CodeInternal, http.StatusInternalServerError, ErrInternal},
 }

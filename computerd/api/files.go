@@ -141,6 +141,9 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		if errors.As(err, &mbe) {
 			return failure(wire.ErrTooLarge, "write %s: body over the limit of %d bytes; nothing was written", p, s.Limits.MaxUpload)
 		}
+		if cut := bodyCut(err, "write "+p); cut != nil {
+			return cut
+		}
 		return err
 	}
 	b.Add(core.Op{Kind: core.OpCreate, Path: p, Mode: mode, Content: content})

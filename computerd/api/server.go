@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,8 +195,13 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 				panic(http.ErrAbortHandler)
 			}
 			writeError(w, err)
-			if st := statusOf(err); st >= 500 {
+			switch st := statusOf(err); {
+			case st >= 500:
 				s.Log.Error("request failed", "route", route, "err", err)
+			case st == http.StatusRequestTimeout:
+				// A slow or vanished client, not the server's fault: at
+				// error level, many of them would fill the log.
+				s.Log.Debug("request body cut", "route", route, "err", err)
 			}
 		}
 		if s.Metrics != nil {
@@ -237,6 +244,17 @@ func failure(kind error, format string, args ...any) error {
 	return &httpError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
+// bodyCut returns a timeout failure for err when it is a request body's
+// read deadline passing (the daemon cuts a stalled or trickling upload),
+// and nil when it is not.
+func bodyCut(err error, what string) error {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded)) {
+		return failure(wire.ErrTimeout, "%s: the request body stopped arriving or came too slowly; nothing was committed", what)
+	}
+	return nil
+}
+
 func badRequest(format string, args ...any) error {
 	return failure(core.ErrInvalidArgument, format, args...)
 }
@@ -272,6 +290,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return failure(wire.ErrTooLarge, "request body over the limit of %d bytes", s.Limits.MaxJSONBody)
+		}
+		if cut := bodyCut(err, "read JSON body"); cut != nil {
+			return cut
 		}
 		return badRequest("bad JSON body: %v", err)
 	}

@@ -101,6 +101,9 @@ func (s *Server) syncPush(w http.ResponseWriter, r *http.Request) error {
 		s.Metrics.Pushes.WithLabelValues(pushOutcome(res, err)).Inc()
 	}
 	if err != nil {
+		if cut := bodyCut(err, "sync push"); cut != nil {
+			return cut
+		}
 		if errors.Is(err, syncproto.ErrMalformed) {
 			return badRequest("%v", err)
 		}

@@ -207,6 +207,9 @@ func tarError(err error) error {
 	if errors.As(err, &mbe) {
 		return err
 	}
+	if cut := bodyCut(err, "attach"); cut != nil {
+		return cut
+	}
 	if errors.Is(err, core.ErrInvalidPath) || errors.Is(err, core.ErrInvalidArgument) {
 		return err
 	}
