@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"computerd/core"
 	"computerd/wire"
@@ -25,11 +26,23 @@ import (
 // sentinels, exactly as the store's own errors.
 type Client struct {
 	wire.Caller
+	// ExecBusyRetries bounds how often Exec asks again after a busy
+	// answer (the server at its bound on running execs, which journals
+	// nothing, so asking again is safe); 0 means DefaultExecBusyRetries,
+	// a negative value never.
+	ExecBusyRetries int
 }
+
+// DefaultExecBusyRetries lets Exec ride out a burst of about half a minute
+// at the server's usual Retry-After of a second.
+const DefaultExecBusyRetries = 30
+
+// maxBusyWait caps one wait for Retry-After, however long the server asks.
+const maxBusyWait = 30 * time.Second
 
 // New returns a client for the server at baseURL using token.
 func New(baseURL, token string) *Client {
-	return &Client{wire.Caller{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}}
+	return &Client{Caller: wire.Caller{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}}
 }
 
 // IsNotFound reports whether err says that what a call named does not
@@ -372,16 +385,53 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 // Exec runs a command in a sandbox and calls fn with each event as it
 // arrives; it returns the exec's record from the exit event. A retry with
 // the same req.Key returns the recorded result (or attaches to the run).
+// A busy answer is asked again after its Retry-After (see
+// ExecBusyRetries); when ctx ends during that wait, or the retries run
+// out, Exec returns the busy error.
 func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (core.Exec, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return core.Exec{}, err
 	}
-	resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/exec"), Body: bytes.NewReader(b), ContentType: "application/json"})
-	if err != nil {
-		return core.Exec{}, err
+	retries := c.ExecBusyRetries
+	if retries == 0 {
+		retries = DefaultExecBusyRetries
 	}
-	return readEvents(resp, fn)
+	for try := 0; ; try++ {
+		resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/exec"), Body: bytes.NewReader(b), ContentType: "application/json"})
+		if err == nil {
+			return readEvents(resp, fn)
+		}
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeBusy || try >= retries {
+			return core.Exec{}, err
+		}
+		if !sleep(ctx, busyWait(we)) {
+			return core.Exec{}, err
+		}
+	}
+}
+
+// busyWait is how long to wait before asking again after a busy answer:
+// its Retry-After, or wire.BusyRetryAfter without one, capped.
+func busyWait(we *wire.Error) time.Duration {
+	d := we.RetryAfter
+	if d <= 0 {
+		d = wire.BusyRetryAfter * time.Second
+	}
+	return min(d, maxBusyWait)
+}
+
+// sleep waits d, or until ctx ends; it reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // FollowExec streams the events of exec id from its start.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -325,5 +326,69 @@ func TestExecBusyTotal(t *testing.T) {
 	}
 	if list := e.journal(bob, "b"); len(list) != 0 {
 		t.Errorf("bob's refused exec was journaled: %+v", list)
+	}
+}
+
+// The client rides out a busy answer: an exec while the tenant's one slot
+// is taken waits Retry-After, asks again and runs once the slot frees,
+// after the first in the journal; one whose context ends while it waits
+// gets the busy error and is never journaled.
+func TestExecRetriesBusy(t *testing.T) {
+	needExec(t)
+	e := startWith(t, daemon.Config{ExecMaxPerTenant: 1})
+	e.ok("ws", "create", "w")
+	cl := client.New(e.d.URL(), e.token)
+	type result struct {
+		rec core.Exec
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		rec, err := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "sleep 2; echo first >> log"}}, nil)
+		first <- result{rec, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if list := e.journal(e.token, "w"); len(list) == 1 && list[0].State == core.ExecRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first exec is not running")
+		}
+	}
+
+	// Gives up while the first still runs.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo impatient >> log"}}, nil)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeBusy || !errors.Is(err, wire.ErrBusy) {
+		t.Fatalf("exec whose context ended while busy: %v, want a busy error", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the cancelled exec returned after %s, want when its context ended", took)
+	}
+
+	// Waits, and runs after the first.
+	second, err := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo second >> log"}}, nil)
+	if err != nil {
+		t.Fatalf("exec after a busy answer: %v", err)
+	}
+	r := <-first
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if second.Started.Before(r.rec.Ended) {
+		t.Errorf("second started %s, before the first ended %s", second.Started, r.rec.Ended)
+	}
+	list := e.journal(e.token, "w")
+	if len(list) != 2 || list[0].ID != second.ID || list[1].ID != r.rec.ID {
+		t.Fatalf("journal %+v, want the first and the second, newest first, and not the cancelled one", list)
+	}
+	if got, want := e.tree("w")["log"], "first\nsecond\n"; got != want {
+		t.Errorf("log = %q, want %q", got, want)
+	}
+	if got := metric(t, e.d.MetricsURL(), `computerd_execs_refused_total{reason="busy"}`); got < 2 {
+		t.Errorf("refused as busy: %v, want at least 2 (one per exec that waited)", got)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // maxErrorBody bounds how much of a failed answer is read for its message.
@@ -82,6 +84,9 @@ func decodeError(req Request, resp *http.Response) *Error {
 		*e = Error{Message: fmt.Sprintf("%s %s: %s: %s", req.Method, req.Path, resp.Status, strings.TrimSpace(string(body)))}
 	}
 	e.Status = resp.StatusCode
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	if e.Code == "" {
 		e.Code = codeOfStatus(resp.StatusCode)
 	}

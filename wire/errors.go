@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"computerd/core"
 )
@@ -136,6 +137,9 @@ type Error struct {
 	// Status is the HTTP status the error came with (0 when it did not
 	// come over HTTP); not part of the body.
 	Status int `json:"-"`
+	// RetryAfter is the wait the answer's Retry-After header asked for
+	// (0 without one); not part of the body.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *Error) Error() string {
