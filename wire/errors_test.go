@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"computerd/core"
 	"computerd/wire"
@@ -92,5 +93,29 @@ func TestCallerForeignAnswer(t *testing.T) {
 	err := (&wire.Caller{BaseURL: srv.URL}).Call(context.Background(), "GET", "/v1/x", nil, nil, nil)
 	if !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("got %v, want unavailable", err)
+	}
+}
+
+// A Caller keeps a failed answer's Retry-After, and a foreign 408 is a timeout.
+func TestCallerRetryAfterAndTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/slow" {
+			http.Error(w, "request timeout", http.StatusRequestTimeout)
+			return
+		}
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"code":"busy","error":"at the bound"}`)
+	}))
+	defer srv.Close()
+	c := &wire.Caller{BaseURL: srv.URL}
+	err := c.Call(context.Background(), "POST", "/v1/exec", nil, nil, nil)
+	var we *wire.Error
+	if !errors.As(err, &we) || !errors.Is(err, wire.ErrBusy) || we.RetryAfter != 7*time.Second {
+		t.Fatalf("got %#v, want busy with RetryAfter 7s", err)
+	}
+	if err := c.Call(context.Background(), "PUT", "/v1/slow", nil, nil, nil); !errors.Is(err, wire.ErrTimeout) {
+		t.Fatalf("got %v, want timeout", err)
 	}
 }
