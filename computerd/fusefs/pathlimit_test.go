@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,11 +19,17 @@ import (
 // mkdir, create, symlink, link or rename, and so does a rename that would
 // push a directory's deepest descendant past the limit.
 func TestPathLimit(t *testing.T) {
+	for _, compLen := range []int{1, 7} {
+		t.Run(fmt.Sprintf("components of %d", compLen), func(t *testing.T) { testPathLimit(t, compLen) })
+	}
+}
+
+func testPathLimit(t *testing.T, compLen int) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
 	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
-	const comp = "ddddddd" // 7 bytes, 8 with its slash
-	levels := core.MaxPathLen / 8
+	comp := strings.Repeat("d", compLen)
+	levels := core.MaxPathLen / (compLen + 1)
 	root, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func TestPathLimit(t *testing.T) {
 	if len(deepest) != core.MaxPathLen {
 		t.Fatalf("chain path is %d bytes, want %d", len(deepest), core.MaxPathLen)
 	}
-	bottom, above := fds[levels], fds[levels-1]
+	bottom := fds[levels]
 
 	tooLong := func(what string, err error) {
 		t.Helper()
@@ -76,24 +83,30 @@ func TestPathLimit(t *testing.T) {
 	}
 	tooLong("link", unix.Linkat(root, "f", bottom, "x", 0))
 	tooLong("rename of a file", unix.Renameat(root, "f", bottom, "x"))
-	// s alone fits one level up (4088+2 bytes); its descendant s/tt/uu/vv
-	// (9 bytes more) would not.
+	// Directory s moves under the chain at depth k, where its own path
+	// fits with room to spare; s/x/x/.../yy does not.
+	k := (core.MaxPathLen - 40) / (compLen + 1)
+	room := core.MaxPathLen - (k*(compLen+1) - 1 + 2) // for s's descendants
 	if err := unix.Mkdirat(root, "s", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	sub := "s"
-	for _, n := range []string{"tt", "uu", "vv"} {
-		sub += "/" + n
+	for len(sub)-1+2 <= room {
+		sub += "/x"
 		if err := unix.Mkdir(dir+"/"+sub, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := unix.Mkdir(dir+"/"+sub+"/yy", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	above := fds[k]
 	tooLong("rename of a deep directory", unix.Renameat(root, "s", above, "s"))
-	if took := time.Since(start); took > time.Second {
+	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("refusals took %v, want them at once", took)
 	}
 	// With its deepest descendant cut off, s moves there.
-	if err := unix.Rmdir(dir + "/s/tt/uu/vv"); err != nil {
+	if err := unix.Rmdir(dir + "/" + sub + "/yy"); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Renameat(root, "s", above, "s"); err != nil {
@@ -108,14 +121,21 @@ func TestPathLimit(t *testing.T) {
 	if _, _, err := m.Commit(bg); err != nil {
 		t.Fatalf("commit of the chain: %v", err)
 	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("commit of a %d-deep chain took %v, want under 5s", levels, took)
+	// The store rebuilds each directory's path from its parent links, so a
+	// chain's commit grows with the square of its depth: 0.2-0.3 s at 512,
+	// 2.8 s at 2048 here (19.6 s at 4000 before the mount refused those).
+	bound := 5 * time.Second
+	if levels > 512 {
+		bound = 10 * time.Second
+	}
+	if took := time.Since(start); took > bound {
+		t.Fatalf("commit of a %d-deep chain took %v, want under %v", levels, took, bound)
 	}
 	t.Logf("commit of a %d-deep chain: %v", levels, time.Since(start))
 	if s := storeStat(t, st, w.ID, deepest); !s.Mode.IsDir() {
 		t.Fatalf("%d-byte path: mode %v", len(deepest), s.Mode)
 	}
-	moved := strings.Join(names[:levels-1], "/") + "/s/tt/uu"
+	moved := strings.Join(names[:k], "/") + "/" + sub
 	if s := storeStat(t, st, w.ID, moved); !s.Mode.IsDir() {
 		t.Fatalf("%d-byte path: mode %v", len(moved), s.Mode)
 	}
