@@ -208,7 +208,7 @@ func TestSyncConflictCopyName(t *testing.T) {
 	}{
 		{"exec id", "w", "x0123456789abcdef", "w.conflict-x0123456789abcdef"},
 		{"characters no name takes", "w", "a/b c", "w.conflict-" + hashTag("a/b c")},
-		{"long workspace", long, "x1", long[:128-4-len(".conflict-")-16] + ".conflict-" + hashTag("x1")},
+		{"long workspace", long, "x1", long[:128-4-len(".conflict-x1")-17] + "-" + hashTag(long) + ".conflict-x1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -396,36 +395,12 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	return PushResult{Revision: res.Revision, Duplicate: res.Duplicate, Conflict: res.Conflict, KeptAs: res.Copy.Name}, nil
 }
 
-// maxName is the longest workspace name the store takes; names made here
-// leave 4 bytes of it for the store's "-2" ... "-100".
-const maxName = 128
-
 // ConflictCopyName names the workspace that keeps a conflicting push of
 // ws: "WS.conflict-PUSHID", as the copies of conflicting execs and mounts
-// are named, or, if that is no workspace name (a push id of other
-// characters, or too long), the push id's hash in its place. The store
-// adds -2, -3, ... if the name is taken.
+// are named (fsstore.CopyName, which shortens what would not be a
+// workspace name). The store adds -2, -3, ... if the name is taken.
 func ConflictCopyName(ws, pushID string) string {
-	const infix = ".conflict-"
-	if name := ws + infix + pushID; len(name) <= maxName-4 && nameChars(pushID) {
-		return name
-	}
-	sum := sha256.Sum256([]byte(pushID))
-	tag := hex.EncodeToString(sum[:8])
-	if room := maxName - 4 - len(infix) - len(tag); len(ws) > room {
-		ws = ws[:room]
-	}
-	return ws + infix + tag
-}
-
-// nameChars reports whether s is made of workspace-name characters only.
-func nameChars(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return s != ""
+	return fsstore.CopyName(ws, "conflict", pushID)
 }
 
 // storeChunk stores one received chunk; the decoder has checked its hash.

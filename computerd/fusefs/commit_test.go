@@ -3,8 +3,10 @@ package fusefs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -389,4 +391,35 @@ func ino(fi os.FileInfo) uint64 {
 		return 0
 	}
 	return statT(fi).Ino
+}
+
+// A workspace with the longest name keeps its conflict copy, from a host
+// mount and from an exec's view alike.
+func TestConflictCopyOfLongName(t *testing.T) {
+	for _, exec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exec=%v", exec), func(t *testing.T) {
+			st := MustStore(t)
+			w := MustWorkspace(t, st, strings.Repeat("n", 128))
+			if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
+				t.Fatal(err)
+			}
+			m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: exec, Info: fsstore.CommitInfo{ExecID: "e7"}})
+			mustWrite(t, filepath.Join(dir, "a"), "mine")
+			if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := m.Commit(bg)
+			var ce *fusefs.ConflictError
+			if !errors.As(err, &ce) || !errors.As(err, new(*core.ConflictError)) {
+				t.Fatalf("commit: %v, want a kept conflict", err)
+			}
+			kept, err := st.Workspace(bg, "t", ce.Name)
+			if err != nil {
+				t.Fatalf("kept workspace %q: %v", ce.Name, err)
+			}
+			if v, _ := storeFile(t, st, kept.ID, "a"); v != "mine" {
+				t.Fatalf("kept %q", v)
+			}
+		})
+	}
 }

@@ -674,7 +674,7 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 // keepConflict commits ops to a fork of the workspace at the mount's base,
 // named after the workspace, and retargets the mount at it. m.mu is held.
 func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause error) (core.Revision, error) {
-	name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, time.Now().UTC().Format("20060102T150405.000000000"))
+	name := fsstore.CopyName(m.ws.Name, "conflict", time.Now().UTC().Format("20060102T150405.000000000"))
 	fork, err := m.st.Fork(ctx, m.target, m.base, name)
 	if err != nil {
 		return core.Revision{}, fmt.Errorf("keep conflicting changes: %w (after %w)", err, cause)
@@ -735,7 +735,7 @@ func (m *Mount) publish(ctx context.Context) (core.Revision, bool, error) {
 		if !errors.As(err, new(*core.ConflictError)) {
 			return rev, false, err
 		}
-		name := fmt.Sprintf("%s.conflict-%s", m.ws.Name, m.draft.Label)
+		name := fsstore.CopyName(m.ws.Name, "conflict", m.draft.Label)
 		w, kerr := m.st.KeepDraft(ctx, m.draft.ID, name)
 		if kerr != nil {
 			return rev, false, fmt.Errorf("keep conflicting changes: %w (after %w)", kerr, err)
@@ -1069,9 +1069,9 @@ func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
 			r.Revision, err = st.Apply(ctx, d.Origin, cs, info)
 			if errors.As(err, new(*core.ConflictError)) {
 				origin, oerr := st.WorkspaceByID(ctx, d.Origin)
-				name := fmt.Sprintf("ws%d.interrupted-%s", d.Origin, d.Label)
+				name := fsstore.CopyName(fmt.Sprintf("ws%d", d.Origin), "interrupted", d.Label)
 				if oerr == nil {
-					name = origin.Name + ".interrupted-" + d.Label
+					name = fsstore.CopyName(origin.Name, "interrupted", d.Label)
 				}
 				if _, kerr := st.KeepDraft(ctx, d.ID, name); kerr == nil {
 					r.Kept = name

@@ -47,6 +47,11 @@ type node struct {
 	cookies    map[string]uint64
 	nextCookie uint64
 	listing    []dent // cached, in cookie order; nil when stale
+
+	// up and name: the entry a directory hangs from, as this mount last
+	// reached it (Lookup, READDIRPLUS, Mkdir, Rename); pathLen walks them.
+	up   uint64
+	name string
 }
 
 // dent is a directory entry; mode holds only the S_IFMT bits.
@@ -468,4 +473,86 @@ func (m *Mount) truncate(n *node, size int64) error {
 	n.dirtyTime = true
 	m.touch(n)
 	return nil
+}
+
+// hangs records that directory entry name of d is n, for pathLen.
+func hangs(d *node, name string, n *node) {
+	if n.isDir() {
+		n.up, n.name = d.ino, name
+	}
+}
+
+// pathLen is the length of directory d's workspace path ("" for the root),
+// false if a directory on the way up is not in memory. The kernel pins the
+// ancestors of every directory it refers to, so that is rare; then the
+// store's own check at commit is what remains.
+func (m *Mount) pathLen(d *node) (int, bool) {
+	l := 0
+	for steps := 0; d.ino != m.rootIno; steps++ {
+		if d.up == 0 || steps > core.MaxPathLen {
+			return 0, false
+		}
+		l += 1 + len(d.name)
+		if d = m.nodes[d.up]; d == nil || !d.isDir() {
+			return 0, false
+		}
+	}
+	return max(l-1, 0), true
+}
+
+// joinLen is the length of a path of length dir joined with name.
+func joinLen(dir int, name string) int {
+	if dir == 0 {
+		return len(name)
+	}
+	return dir + 1 + len(name)
+}
+
+// roomFor refuses an entry name in directory d whose path would be longer
+// than the store takes, so nothing the mount accepts fails at commit.
+func (m *Mount) roomFor(d *node, name string) error {
+	if l, ok := m.pathLen(d); ok && joinLen(l, name) > core.MaxPathLen {
+		return syscall.ENAMETOOLONG
+	}
+	return nil
+}
+
+// fitsUnder reports whether every path in the subtree of directory ino is
+// at most room bytes longer than the directory's own path. It reads the
+// subtree's entries (changed directories from memory, the rest from the
+// snapshot) and stops at the first path too long.
+func (m *Mount) fitsUnder(ino uint64, room int) (bool, error) {
+	type dirAt struct {
+		ino uint64
+		rel int
+	}
+	stack := []dirAt{{ino, 0}}
+	for len(stack) > 0 {
+		top := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		var es []dent
+		if n := m.nodes[top.ino]; n != nil && n.children != nil {
+			for _, e := range n.children {
+				es = append(es, e)
+			}
+		} else {
+			got, err := m.snap.ReadDirIno(m.ctx, top.ino)
+			if err != nil {
+				return false, err
+			}
+			for _, e := range got {
+				es = append(es, dent{name: e.Name, ino: e.Ino, mode: unixMode(e.Type) & syscall.S_IFMT})
+			}
+		}
+		for _, e := range es {
+			rel := top.rel + 1 + len(e.name)
+			if rel > room {
+				return false, nil
+			}
+			if e.mode == syscall.S_IFDIR {
+				stack = append(stack, dirAt{e.ino, rel})
+			}
+		}
+	}
+	return true, nil
 }

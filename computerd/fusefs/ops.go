@@ -124,6 +124,7 @@ func (f *fsys) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fus
 	if err != nil {
 		return errno(err)
 	}
+	hangs(d, name, n)
 	n.lookups++
 	m.fillEntry(n, out)
 	return fuse.OK
@@ -240,6 +241,7 @@ func (m *Mount) newNode(d *node, name string, mode uint32, caller fuse.Caller) (
 		n.children = map[string]dent{}
 		sub = 1
 	}
+	hangs(d, name, n)
 	d.children[name] = dent{name: name, ino: ino, mode: mode & syscall.S_IFMT}
 	m.changed(d, now, sub)
 	m.nodes[ino] = n
@@ -263,6 +265,9 @@ func (m *Mount) freeName(dirID uint64, name string) (*node, error) {
 	}
 	if _, ok := es[name]; ok {
 		return nil, syscall.EEXIST
+	}
+	if err := m.roomFor(d, name); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -345,6 +350,8 @@ func (f *fsys) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fu
 			m.kick()
 		}
 		n.lookups++
+	} else if err := m.roomFor(d, name); err != nil {
+		return errno(err)
 	} else if n, err = m.create(d, name, in.Mode, in.Caller); err != nil {
 		return errno(err)
 	}
@@ -488,6 +495,35 @@ func (f *fsys) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Stat
 	return fuse.OK
 }
 
+// renameFits refuses to move entry e of directory from to name in
+// directory to if that, or for a directory its deepest descendant, would
+// get a path longer than the store takes. Only a directory whose path grows
+// has its subtree read.
+func (m *Mount) renameFits(from *node, e dent, to *node, name string) error {
+	dl, ok := m.pathLen(to)
+	if !ok {
+		return nil
+	}
+	newLen := joinLen(dl, name)
+	if newLen > core.MaxPathLen {
+		return syscall.ENAMETOOLONG
+	}
+	if e.mode != syscall.S_IFDIR {
+		return nil
+	}
+	if sl, ok := m.pathLen(from); ok && joinLen(sl, e.name) >= newLen {
+		return nil // everything beneath fitted before and gets no longer
+	}
+	fits, err := m.fitsUnder(e.ino, core.MaxPathLen-newLen)
+	if err != nil {
+		return err
+	}
+	if !fits {
+		return syscall.ENAMETOOLONG
+	}
+	return nil
+}
+
 func isDirMode(mode uint32) int {
 	if mode == syscall.S_IFDIR {
 		return 1
@@ -522,6 +558,14 @@ func (f *fsys) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName str
 	other := uint64(0)
 	if exists {
 		other = de.ino
+	}
+	if err := m.renameFits(sd, se, dd, newName); err != nil {
+		return errno(err)
+	}
+	if in.Flags&exchange != 0 && exists {
+		if err := m.renameFits(dd, de, sd, oldName); err != nil {
+			return errno(err)
+		}
 	}
 	op := fsstore.NodeOp{Kind: core.OpRename, Dir: dd.ino, Name: newName, FromDir: sd.ino, FromName: oldName}
 	now := m.now()
@@ -584,6 +628,10 @@ func (f *fsys) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName str
 	}
 	if n := m.nodes[se.ino]; n != nil {
 		n.ctime = now
+		hangs(dd, newName, n)
+	}
+	if n := m.nodes[de.ino]; n != nil && op.Exchange {
+		hangs(sd, oldName, n)
 	}
 	m.record(op, se.ino, other)
 	m.kick()
@@ -798,6 +846,7 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 				continue // gone meanwhile: the entry goes without attributes
 			}
 		}
+		hangs(d, e.name, n)
 		n.lookups++
 		m.fillEntry(n, eo)
 	}
