@@ -222,16 +222,32 @@ func TestAgentDetachAttach(t *testing.T) {
 		t.Errorf("attach --json event types: %s", got)
 	}
 
-	// Cancel: a run whose command sleeps ends cancelled before its next step.
+	// Cancel: a run whose command sleeps has the command killed and ends
+	// cancelled before its next step.
 	slow := modeltest.New(t,
-		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "sleep 1"}`}),
+		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "echo started; sleep 60"}`}),
 		modeltest.ToolCalls(modeltest.Usage{}, modeltest.Call{Name: "exec", Args: `{"command": "echo never > never.txt"}`}),
 		modeltest.Reply("no", modeltest.Usage{}),
 	).ByTurn()
 	srv = slow
 	id = detach("sleep, then more")
-	e.ok("agent", "cancel", id)
+	eventually(t, "the command runs", func() bool {
+		execs, _ := client.New(e.d.URL(), e.token).Execs(context.Background(), "w", 0)
+		for _, x := range execs {
+			if x.State == core.ExecRunning {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	if out := e.ok("agent", "cancel", id); !strings.Contains(out, "killed") {
+		t.Errorf("cancel did not kill the running command: %s", out)
+	}
 	e.ok("agent", "attach", id) // returns when the run has ended
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the cancelled run ended after %v: its command was not killed", d)
+	}
 	detail := decodeJSON[map[string]any](t, e.ok("agent", "show", "--json", id))
 	if state := detail["run"].(map[string]any)["state"]; state != string(core.RunCancelled) {
 		t.Errorf("cancelled run is %v", state)

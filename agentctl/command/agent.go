@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -412,18 +413,58 @@ func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.S
 	}
 }
 
+// agentCancel marks the run cancelled and kills the command it is
+// running, if any, so that the run ends now rather than when the command
+// does.
 func agentCancel(c *cli.Context) error {
-	run, err := clientOf(c).CancelRun(c.Context, c.Args().First())
+	cl := clientOf(c)
+	run, err := cl.CancelRun(c.Context, c.Args().First())
 	if err != nil {
 		return err
 	}
-	return output(c, run, func(w io.Writer) {
-		if run.State.Final() {
-			fmt.Fprintf(w, "run %s had ended: %s\n", run.ID, run.State)
-			return
+	killed := ""
+	if !run.State.Final() {
+		if killed, err = killStepExec(c.Context, cl, run); err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "run %s: cancel asked; it stops before its next step\n", run.ID)
+	}
+	return output(c, map[string]any{"run": run, "killed_exec": killed}, func(w io.Writer) {
+		switch {
+		case run.State.Final():
+			fmt.Fprintf(w, "run %s had ended: %s\n", run.ID, run.State)
+		case killed != "":
+			fmt.Fprintf(w, "run %s: cancel asked; its command (exec %s) killed; it stops before its next step\n", run.ID, killed)
+		default:
+			fmt.Fprintf(w, "run %s: cancel asked; it stops before its next step\n", run.ID)
+		}
 	})
+}
+
+// killStepExec kills the exec of run's last step if that step is an exec
+// in flight, found in the journal by the step's idempotency key; it
+// returns the exec's id ("" if there was none running).
+func killStepExec(ctx context.Context, cl *client.Client, run core.Run) (string, error) {
+	detail, err := cl.Run(ctx, run.ID)
+	if err != nil || len(detail.Steps) == 0 {
+		return "", err
+	}
+	st := detail.Steps[len(detail.Steps)-1]
+	if st.Kind != core.StepTool || st.Tool != "exec" || st.State == core.StepDone {
+		return "", nil
+	}
+	execs, err := cl.Execs(ctx, run.WSName, 20)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range execs {
+		if e.Key == agent.StepKey(run.ID, st.Seq) && e.State == core.ExecRunning {
+			if err := cl.KillExec(ctx, run.WSName, e.ID); err != nil && !errors.Is(err, core.ErrInvalidArgument) {
+				return "", err // (invalid: it ended meanwhile)
+			}
+			return e.ID, nil
+		}
+	}
+	return "", nil
 }
 
 func memoryAdd(c *cli.Context) error {
