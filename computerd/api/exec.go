@@ -51,15 +51,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("timeout %q: want a positive duration such as 30s", req.Timeout)
 		}
 	}
-	key := req.Key
-	if h := r.Header.Get(wire.HeaderIdempotencyKey); h != "" {
-		if key != "" && key != h {
-			return badRequest("the key in the body and the Idempotency-Key header differ")
-		}
-		key = h
-	}
-	if len(key) > maxKeyLen {
-		return badRequest("idempotency key: at most %d bytes", maxKeyLen)
+	key, err := requestKey(r, req.Key)
+	if err != nil {
+		return err
 	}
 	rec, err := run.Start(r.Context(), runner.Request{
 		Workspace: ws, Tenant: tenantOf(r.Context()), Argv: req.Argv, Cwd: req.Cwd, Env: req.Env,

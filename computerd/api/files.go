@@ -100,7 +100,12 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return badRequest("write: a file path is required")
 	}
-	if rev, ok, err := s.replayed(r, ws, r.Header.Get(wire.HeaderIdempotencyKey)); err != nil || ok {
+	key, err := requestKey(r, "")
+	if err != nil {
+		drain(r.Body)
+		return err
+	}
+	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
 		drain(r.Body)
 		if err != nil {
 			return err
@@ -250,7 +255,11 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if rev, ok, err := s.replayed(r, ws, r.Header.Get(wire.HeaderIdempotencyKey)); err != nil || ok {
+	key, err := requestKey(r, "")
+	if err != nil {
+		return err
+	}
+	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
 		if err != nil {
 			return err
 		}
@@ -294,12 +303,9 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := req.Key
-	if h := r.Header.Get(wire.HeaderIdempotencyKey); h != "" {
-		if key != "" && key != h {
-			return badRequest("the key in the body and the Idempotency-Key header differ")
-		}
-		key = h
+	key, err := requestKey(r, req.Key)
+	if err != nil {
+		return err
 	}
 	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
 		if err != nil {

@@ -352,16 +352,29 @@ func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo 
 // maxKeyLen bounds an idempotency key, for mutations and execs alike.
 const maxKeyLen = 256
 
+// requestKey is a request's idempotency key: the Idempotency-Key header,
+// or body, a key given in the request's body (which must then agree).
+func requestKey(r *http.Request, body string) (string, error) {
+	key := body
+	if h := r.Header.Get(wire.HeaderIdempotencyKey); h != "" {
+		if key != "" && key != h {
+			return "", badRequest("the key in the body and the Idempotency-Key header differ")
+		}
+		key = h
+	}
+	if len(key) > maxKeyLen {
+		return "", badRequest("idempotency key: at most %d bytes", maxKeyLen)
+	}
+	return key, nil
+}
+
 // replayed finds the revision an earlier mutation of ws with idempotency
-// key committed: a retry answers it and applies
-// nothing again. (The commit also checks, in its transaction, for two
-// retries racing.)
+// key (from requestKey) committed: a retry answers it and applies nothing
+// again. (The commit also checks, in its transaction, for two retries
+// racing.)
 func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.Revision, bool, error) {
 	if key == "" {
 		return core.Revision{}, false, nil
-	}
-	if len(key) > maxKeyLen {
-		return core.Revision{}, false, badRequest("idempotency key: at most %d bytes", maxKeyLen)
 	}
 	rev, err := s.Store.RevisionByKey(r.Context(), ws.ID, key)
 	if errors.Is(err, core.ErrNotFound) {
