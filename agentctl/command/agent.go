@@ -379,22 +379,19 @@ func stepEvents(st core.Step) []agent.Event {
 // followStepExec shows the output of the exec a tool step runs, found in
 // the journal by the step's idempotency key, until it ends.
 func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.Step, pr *eventPrinter) error {
-	key := agent.StepKey(st.Run, st.Seq)
 	for {
-		execs, err := cl.Execs(ctx, ws, 20)
+		e, found, err := stepExec(ctx, cl, ws, st)
 		if err != nil {
 			return err
 		}
-		for _, e := range execs {
-			if e.Key == key {
-				_, err := cl.FollowExec(ctx, ws, e.ID, func(ev wire.ExecEvent) error {
-					if ev.Type == "output" {
-						pr.print(agent.Event{Type: agent.EventOutput, Run: st.Run, Seq: st.Seq, Stream: ev.Stream, Text: string(ev.Bytes())})
-					}
-					return nil
-				})
-				return err
-			}
+		if found {
+			_, err := cl.FollowExec(ctx, ws, e.ID, func(ev wire.ExecEvent) error {
+				if ev.Type == "output" {
+					pr.print(agent.Event{Type: agent.EventOutput, Run: st.Run, Seq: st.Seq, Stream: ev.Stream, Text: string(ev.Bytes())})
+				}
+				return nil
+			})
+			return err
 		}
 		// Not started yet, or its driver died before it began: stop
 		// looking once the step has moved on.
@@ -452,19 +449,30 @@ func killStepExec(ctx context.Context, cl *client.Client, run core.Run) (string,
 	if st.Kind != core.StepTool || st.Tool != "exec" || st.State == core.StepDone {
 		return "", nil
 	}
-	execs, err := cl.Execs(ctx, run.WSName, 20)
-	if err != nil {
+	e, found, err := stepExec(ctx, cl, run.WSName, st)
+	if err != nil || !found || e.State != core.ExecRunning {
 		return "", err
 	}
+	if err := cl.KillExec(ctx, run.WSName, e.ID); err != nil && !errors.Is(err, core.ErrInvalidArgument) {
+		return "", err // (invalid: it ended meanwhile)
+	}
+	return e.ID, nil
+}
+
+// stepExec finds the exec a run's tool step started, by the step's
+// idempotency key, among workspace ws's latest execs.
+func stepExec(ctx context.Context, cl *client.Client, ws string, st core.Step) (core.Exec, bool, error) {
+	execs, err := cl.Execs(ctx, ws, 20)
+	if err != nil {
+		return core.Exec{}, false, err
+	}
+	key := agent.StepKey(st.Run, st.Seq)
 	for _, e := range execs {
-		if e.Key == agent.StepKey(run.ID, st.Seq) && e.State == core.ExecRunning {
-			if err := cl.KillExec(ctx, run.WSName, e.ID); err != nil && !errors.Is(err, core.ErrInvalidArgument) {
-				return "", err // (invalid: it ended meanwhile)
-			}
-			return e.ID, nil
+		if e.Key == key {
+			return e, true, nil
 		}
 	}
-	return "", nil
+	return core.Exec{}, false, nil
 }
 
 func memoryAdd(c *cli.Context) error {
