@@ -23,7 +23,7 @@ func Report(ctx context.Context, cl *client.Client, id string) (string, error) {
 	}
 	r := detail.Run
 	var b strings.Builder
-	fmt.Fprintf(&b, "## %s\n\n", oneLine(r.Task))
+	fmt.Fprintf(&b, "## %s\n\n", OneLine(r.Task, 0))
 	if summary := lastAnswer(detail.Steps); summary != "" {
 		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(summary))
 	}
@@ -115,13 +115,18 @@ func commandOf(st core.Step) string {
 	if err := json.Unmarshal(st.Args, &a); err != nil || a.Command == "" {
 		return string(st.Args)
 	}
-	return oneLine(a.Command)
+	return OneLine(a.Command, 0)
 }
 
-func oneLine(s string) string {
+// OneLine shortens text to its first line and, if max > 0, to at most
+// max runes, marking what it cut.
+func OneLine(s string, max int) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " …"
+	}
+	if r := []rune(s); max > 0 && len(r) > max {
+		s = string(r[:max]) + "…"
 	}
 	return s
 }

@@ -274,7 +274,7 @@ func agentList(c *cli.Context) error {
 		fmt.Fprintln(tw, "RUN\tSTATE\tSTEPS\tTOKENS\tCOST\tSTARTED\tTASK")
 		for _, r := range runs {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t$%.4f\t%s\t%s\n", r.ID, r.State, r.Steps, r.InputTokens+r.OutputTokens, r.Cost,
-				r.Created.Format(time.RFC3339), oneLine(r.Task, 60))
+				r.Created.Format(time.RFC3339), agent.OneLine(r.Task, 60))
 		}
 		tw.Flush()
 	})
@@ -319,10 +319,10 @@ func stepLine(st core.Step) string {
 		for i, call := range st.Calls {
 			calls[i] = call.Name
 		}
-		return fmt.Sprintf("%3d model%s: %s [%d+%d tokens, $%.4f] %s", st.Seq, state, oneLine(st.Text, 80),
+		return fmt.Sprintf("%3d model%s: %s [%d+%d tokens, $%.4f] %s", st.Seq, state, agent.OneLine(st.Text, 80),
 			st.InputTokens, st.OutputTokens, st.Cost, strings.Join(calls, " "))
 	}
-	res := oneLine(st.Text, 80)
+	res := agent.OneLine(st.Text, 80)
 	if st.ExitCode != nil {
 		res = fmt.Sprintf("exit %d", *st.ExitCode)
 	} else if st.IsError {
@@ -654,9 +654,9 @@ func (p *eventPrinter) print(ev agent.Event) {
 			}
 			fmt.Fprintln(p.w)
 		case ev.IsError:
-			fmt.Fprintf(p.w, "  error (%s): %s\n", ev.Code, oneLine(ev.Text, 200))
+			fmt.Fprintf(p.w, "  error (%s): %s\n", ev.Code, agent.OneLine(ev.Text, 200))
 		default:
-			fmt.Fprintf(p.w, "  %s\n", oneLine(ev.Text, 120))
+			fmt.Fprintf(p.w, "  %s\n", agent.OneLine(ev.Text, 120))
 		}
 	case agent.EventEnd:
 		endLine()
@@ -677,20 +677,8 @@ func argSummary(tool string, args json.RawMessage) string {
 	}
 	for _, k := range []string{"command", "path", "pattern", "name", "from"} {
 		if v, ok := a[k]; ok {
-			return oneLine(fmt.Sprint(v), 120)
+			return agent.OneLine(fmt.Sprint(v), 120)
 		}
 	}
 	return ""
-}
-
-// oneLine shortens text to its first line, at most n runes.
-func oneLine(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " …"
-	}
-	if r := []rune(s); len(r) > n {
-		s = string(r[:n]) + "…"
-	}
-	return s
 }
