@@ -168,8 +168,6 @@ type conversation struct {
 	next    int             // the next step's number
 	pending []core.ToolCall // calls of the last model turn not yet answered
 	done    bool            // the last model turn asked for no tools
-	tokens  model.Usage
-	cost    float64
 }
 
 // replay rebuilds the conversation from the journal, and finishes any
@@ -181,12 +179,9 @@ func (c *conversation) replay(ctx context.Context, steps []core.Step) error {
 		switch st.Kind {
 		case core.StepModel:
 			if st.Seq == 1 {
-				var c0 context0
-				if err := json.Unmarshal(st.Args, &c0); err != nil {
-					return fmt.Errorf("run %s: step 1 has no context: %w", c.run.ID, err)
+				if err := c.begin(st.Args); err != nil {
+					return err
 				}
-				c.system = c0.System
-				c.msgs = []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
 			}
 			if st.State != core.StepDone {
 				// A model call in flight is asked again.
@@ -210,6 +205,16 @@ func (c *conversation) replay(ctx context.Context, steps []core.Step) error {
 	return nil
 }
 
+// begin starts the conversation from the context step 1 recorded.
+func (c *conversation) begin(args json.RawMessage) error {
+	var c0 context0
+	if err := json.Unmarshal(args, &c0); err != nil {
+		return fmt.Errorf("run %s: step 1 has no context: %w", c.run.ID, err)
+	}
+	c.system, c.msgs = c0.System, []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+	return nil
+}
+
 // answered adds a finished model turn to the conversation.
 func (c *conversation) answered(st core.Step) {
 	msg := model.Message{Role: model.RoleAssistant, Text: st.Text}
@@ -219,8 +224,6 @@ func (c *conversation) answered(st core.Step) {
 	c.msgs = append(c.msgs, msg)
 	c.pending = append([]core.ToolCall(nil), st.Calls...)
 	c.done = len(st.Calls) == 0
-	c.tokens = c.tokens.Add(model.Usage{InputTokens: st.InputTokens, OutputTokens: st.OutputTokens})
-	c.cost += st.Cost
 }
 
 // toolAnswered adds a tool's result to the conversation.
@@ -287,27 +290,22 @@ func (c *conversation) checkLimits(ctx context.Context) error {
 // model takes model step seq: recorded, asked, recorded again.
 func (c *conversation) model(ctx context.Context, seq int) error {
 	st := core.Step{Run: c.run.ID, Seq: seq, Kind: core.StepModel}
-	if seq == 1 {
-		if c.msgs == nil {
-			c0, err := c.firstContext(ctx)
-			if err != nil {
-				return err
-			}
-			c.system = c0.System
-			c.msgs = []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+	if seq == 1 && c.msgs == nil {
+		c0, err := c.firstContext(ctx)
+		if err != nil {
+			return err
 		}
-		args, _ := json.Marshal(context0{System: c.system, Prompt: c.msgs[0].Text})
-		st.Args = args
+		st.Args, _ = json.Marshal(c0)
 	}
 	rec, err := c.d.Client.BeginStep(ctx, c.d.id, st)
 	if err != nil {
 		return err
 	}
-	if seq == 1 && len(rec.Args) > 0 {
-		// Asked again after a crash: the recorded context is the one.
-		var c0 context0
-		if json.Unmarshal(rec.Args, &c0) == nil {
-			c.system, c.msgs = c0.System, []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
+	if seq == 1 {
+		// The recorded context is the one (asked again after a crash, it
+		// is the first driver's).
+		if err := c.begin(rec.Args); err != nil {
+			return err
 		}
 	}
 	req := model.Request{Model: c.run.Model, System: c.system, Messages: c.msgs, Tools: modelTools(c.set), MaxTokens: c.d.MaxAnswerTokens}
