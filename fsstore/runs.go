@@ -61,9 +61,6 @@ func (s *Store) CreateRun(ctx context.Context, r core.Run) (core.Run, error) {
 			state, created_ns, base_rev, driver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, w.Tenant, w.ID, r.Task, r.Provider, r.Model, r.Skill, r.Limits.MaxSteps, r.Limits.MaxTokens, r.Limits.MaxCost, r.Limits.Timeout,
 			string(core.RunRunning), s.Now().UnixNano(), w.Head, r.Driver)
-		if err != nil && strings.Contains(err.Error(), "UNIQUE") {
-			return fmt.Errorf("run %s: %w", r.ID, core.ErrExists)
-		}
 		return wrapDB("record run", err)
 	})
 	if err != nil {
