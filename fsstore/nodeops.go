@@ -324,6 +324,32 @@ func (t *wtx) inodePath(in *inode) (string, bool) {
 // ReadDirStat lists directory inode ino, sorted by name, with each entry's
 // metadata (Path is empty), in one query where the tree has one layer.
 func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]core.Stat, error) {
+	nodes, err := sn.ReadDirNodes(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]core.Stat, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Stat
+	}
+	return out, nil
+}
+
+// Version names one version of an inode: the layer (workspace) and the
+// revision whose commit wrote its row. Every commit that changes an
+// inode's metadata or contents writes a new row, so two snapshots (of one
+// workspace or of its forks) that find the same Version of an inode see
+// the same metadata and the same bytes.
+type Version struct{ Layer, Birth int64 }
+
+// Node is an inode's metadata and the Version it was read from.
+type Node struct {
+	core.Stat
+	Version Version
+}
+
+// ReadDirNodes is ReadDirStat with each entry's Version.
+func (sn *Snapshot) ReadDirNodes(ctx context.Context, ino uint64) ([]Node, error) {
 	v, err := sn.view(ctx)
 	if err != nil {
 		return nil, err
@@ -332,9 +358,43 @@ func (sn *Snapshot) ReadDirStat(ctx context.Context, ino uint64) ([]core.Stat, e
 	if err != nil {
 		return nil, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
 	}
-	out := make([]core.Stat, len(es))
+	out := make([]Node, len(es))
 	for i, e := range es {
-		out[i] = ins[i].stat(e.name, "")
+		out[i] = ins[i].node(e.name)
 	}
 	return out, sn.settle(ctx, nil)
+}
+
+// StatNode describes inode ino with its Version.
+func (sn *Snapshot) StatNode(ctx context.Context, ino uint64) (Node, error) {
+	v, err := sn.view(ctx)
+	if err != nil {
+		return Node{}, err
+	}
+	in, err := v.inode(ino)
+	if err != nil {
+		return Node{}, sn.settle(ctx, fmt.Errorf("inode %d: %w", ino, err))
+	}
+	return in.node(in.name), sn.settle(ctx, nil)
+}
+
+// LookupNode describes the entry name in directory inode parent, with its Version.
+func (sn *Snapshot) LookupNode(ctx context.Context, parent uint64, name string) (Node, error) {
+	v, err := sn.view(ctx)
+	if err != nil {
+		return Node{}, err
+	}
+	ino, _, err := v.lookup(parent, name)
+	if err != nil {
+		return Node{}, sn.settle(ctx, pathErr("lookup", name, err))
+	}
+	in, err := v.inode(ino)
+	if err != nil {
+		return Node{}, sn.settle(ctx, pathErr("lookup", name, err))
+	}
+	return in.node(name), sn.settle(ctx, nil)
+}
+
+func (in *inode) node(name string) Node {
+	return Node{Stat: in.stat(name, ""), Version: Version{Layer: in.ws, Birth: in.birth}}
 }

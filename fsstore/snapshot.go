@@ -126,19 +126,8 @@ func (sn *Snapshot) StatIno(ctx context.Context, ino uint64) (core.Stat, error) 
 
 // Lookup describes the entry name in directory inode parent.
 func (sn *Snapshot) Lookup(ctx context.Context, parent uint64, name string) (core.Stat, error) {
-	v, err := sn.view(ctx)
-	if err != nil {
-		return core.Stat{}, err
-	}
-	ino, _, err := v.lookup(parent, name)
-	if err != nil {
-		return core.Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
-	}
-	in, err := v.inode(ino)
-	if err != nil {
-		return core.Stat{}, sn.settle(ctx, pathErr("lookup", name, err))
-	}
-	return in.stat(name, ""), sn.settle(ctx, nil)
+	n, err := sn.LookupNode(ctx, parent, name)
+	return n.Stat, err
 }
 
 // RootIno is the inode number of the workspace root.

@@ -120,6 +120,9 @@ func startChild(t *testing.T, dir string, extra ...string) *child {
 		if _, err := m.Sweep(context.Background()); err != nil {
 			t.Errorf("sweep after computerd %s: %v", dir, err)
 		}
+		if err := daemon.CleanupMounts(dir); err != nil {
+			t.Errorf("mounts after computerd %s: %v", dir, err)
+		}
 	})
 	urls := make(chan *child, 1)
 	go func() {

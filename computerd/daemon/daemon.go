@@ -229,6 +229,11 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 // that is not started again, a Manager on it can Sweep what was left.
 func SandboxStateDir(dataDir string) string { return filepath.Join(runDir(dataDir), "sandbox") }
 
+// CleanupMounts detaches what a daemon that died left mounted under
+// dataDir for its execs (see runner.CleanupMounts); its next start does
+// the same.
+func CleanupMounts(dataDir string) error { return runner.CleanupMounts(runDir(dataDir)) }
+
 // runDir holds what execs need while computerd runs: mount points, spool
 // files, output logs, the containers' state.
 func runDir(dataDir string) string { return filepath.Join(dataDir, "run") }

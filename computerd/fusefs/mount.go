@@ -207,7 +207,7 @@ func (m *Mount) open(dir string) error {
 	if m.opt.Exec {
 		label := "mount-" + randomHex()
 		if m.opt.Info.ExecID != "" {
-			label = "exec-" + safeLabel(m.opt.Info.ExecID)
+			label = ExecLabel(m.opt.Info.ExecID)
 		}
 		d, err := m.st.CreateDraft(ctx, ws.ID, base, label)
 		if err != nil {
@@ -272,16 +272,22 @@ const abortGrace = time.Second
 // and the loops never end by themselves: after abortGrace the connection
 // is aborted through fusectl, which ends them.
 func (m *Mount) unmountKernel(ctx context.Context) error {
+	return unmountServer(ctx, m.server, m.mountDir, m.dev)
+}
+
+// unmountServer unmounts server's file system at dir (device dev) as
+// unmountKernel describes.
+func unmountServer(ctx context.Context, server *fuse.Server, dir string, dev uint64) error {
 	done := make(chan error, 1)
 	go func() {
 		var err error
 		for i := 0; ; i++ {
-			if err = m.server.Unmount(); err == nil {
+			if err = server.Unmount(); err == nil {
 				break
 			}
 			if i == 2 {
 				// Busy: detach it now; the kernel lets go once the last user does.
-				err = unix.Unmount(m.mountDir, unix.MNT_DETACH)
+				err = unix.Unmount(dir, unix.MNT_DETACH)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -289,7 +295,7 @@ func (m *Mount) unmountKernel(ctx context.Context) error {
 		if err == nil {
 			// Unmounted or detached: done once the kernel ends the
 			// connection (go-fuse waits for that only after an unmount).
-			m.server.Wait()
+			server.Wait()
 		}
 		done <- err
 	}()
@@ -299,13 +305,13 @@ func (m *Mount) unmountKernel(ctx context.Context) error {
 	case <-time.After(abortGrace):
 	case <-ctx.Done():
 	}
-	still := fmt.Errorf("fusefs: %s was still in use after the unmount: connection aborted", m.mountDir)
-	aerr := abortConnection(m.dev)
+	still := fmt.Errorf("fusefs: %s was still in use after the unmount: connection aborted", dir)
+	aerr := abortConnection(dev)
 	select {
 	case err := <-done:
 		return errors.Join(still, aerr, err)
 	case <-ctx.Done():
-		return errors.Join(aerr, fmt.Errorf("fusefs: %s: the kernel did not end the connection: %w", m.mountDir, ctx.Err()))
+		return errors.Join(aerr, fmt.Errorf("fusefs: %s: the kernel did not end the connection: %w", dir, ctx.Err()))
 	}
 }
 
@@ -338,6 +344,10 @@ func randomHex() string {
 }
 
 // safeLabel keeps the characters a workspace name may hold.
+// ExecLabel is the label of the draft that holds exec id's writes
+// (Recover finds the exec by it).
+func ExecLabel(id string) string { return "exec-" + safeLabel(id) }
+
 func safeLabel(s string) string {
 	b := []byte(s)
 	for i, c := range b {

@@ -67,7 +67,8 @@ func (m *Mount) nodeID(ino uint64) uint64 {
 	return ino
 }
 
-func (m *Mount) fillAttr(n *node, a *fuse.Attr) {
+// fillAttr describes n to the kernel.
+func fillAttr(n *node, a *fuse.Attr) {
 	a.Ino = n.ino
 	a.Size = uint64(n.size)
 	a.Blocks = (a.Size + 511) / 512
@@ -85,7 +86,7 @@ func (m *Mount) fillEntry(n *node, out *fuse.EntryOut) {
 	out.Generation = 1
 	out.SetEntryTimeout(m.ttl)
 	out.SetAttrTimeout(m.ttl)
-	m.fillAttr(n, &out.Attr)
+	fillAttr(n, &out.Attr)
 }
 
 func validName(name string) error {
@@ -148,7 +149,7 @@ func (f *fsys) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut)
 	if err != nil {
 		return errno(err)
 	}
-	m.fillAttr(n, &out.Attr)
+	fillAttr(n, &out.Attr)
 	out.SetTimeout(m.ttl)
 	return fuse.OK
 }
@@ -198,7 +199,7 @@ func (f *fsys) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut)
 	n.ctime = now
 	m.touch(n)
 	m.kick()
-	m.fillAttr(n, &out.Attr)
+	fillAttr(n, &out.Attr)
 	out.SetTimeout(m.ttl)
 	return fuse.OK
 }

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/overlay"
 	"computerd/computerd/metrics"
 	"computerd/computerd/sandbox"
 	"computerd/core"
@@ -104,6 +105,10 @@ type Runner struct {
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
 
+	// view serves the revisions execs start from (Dir/view), from Open
+	// to Close; every exec's /workspace is an overlay over it.
+	view *fusefs.View
+
 	mu      sync.Mutex
 	running map[string]*run
 	active  map[string]int // running execs (and admitted ones) per tenant
@@ -169,6 +174,25 @@ func (r *Runner) defaults() {
 
 func (r *Runner) outputPath(id string) string { return filepath.Join(r.Dir, "output", id+".ndjson") }
 func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt", id) }
+func (r *Runner) layerPath(id string) string  { return filepath.Join(r.Dir, "layers", id) }
+func (r *Runner) viewPath() string            { return filepath.Join(r.Dir, "view") }
+
+// CleanupMounts detaches what a runner that died left mounted under dir
+// (its Dir): the overlays of its execs, then its revision view. Open does
+// it; so can whoever removes a dead daemon's data directory.
+func CleanupMounts(dir string) error {
+	errs := []error{overlay.CleanupStale(filepath.Join(dir, "layers"))}
+	mounts, _ := os.ReadDir(filepath.Join(dir, "mnt")) // exec mounts of older versions
+	for _, m := range mounts {
+		p := filepath.Join(dir, "mnt", m.Name())
+		errs = append(errs, fusefs.CleanupStale(p))
+		os.Remove(p)
+	}
+	if err := fusefs.CleanupStale(filepath.Join(dir, "view")); err != nil {
+		errs = append(errs, fmt.Errorf("stale revision view: %w", err))
+	}
+	return errors.Join(errs...)
+}
 
 // Open cleans up after a previous process that died: it removes its
 // containers and stale mounts, commits what its execs had written as
@@ -179,7 +203,10 @@ func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt
 // what it started.
 func (r *Runner) Open(ctx context.Context) error {
 	r.defaults()
-	for _, sub := range []string{"mnt", "output", "spool"} {
+	if err := CleanupMounts(r.Dir); err != nil {
+		return err
+	}
+	for _, sub := range []string{"mnt", "output", "spool", "layers", "view"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir, sub), 0o700); err != nil {
 			return err
 		}
@@ -191,13 +218,17 @@ func (r *Runner) Open(ctx context.Context) error {
 	if len(swept) > 0 {
 		r.Log.Warn("removed containers left by a previous process", "ids", swept)
 	}
-	mounts, _ := os.ReadDir(filepath.Join(r.Dir, "mnt"))
-	for _, m := range mounts {
-		dir := r.mountPath(m.Name())
-		if err := fusefs.CleanupStale(dir); err != nil {
-			r.Log.Warn("stale mount", "dir", dir, "err", err)
+	if r.view, err = fusefs.OpenView(r.viewPath(), fusefs.ViewOptions{Store: r.Store}); err != nil {
+		return err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			r.view.Close(context.WithoutCancel(ctx))
 		}
-		os.Remove(dir)
+	}()
+	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); err != nil {
+		return fmt.Errorf("recover exec layers: %w", err)
 	}
 	var recovered []fusefs.Recovered
 	if r.Remote != nil {
@@ -232,6 +263,7 @@ func (r *Runner) Open(ctx context.Context) error {
 		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
 	}
 	r.pruneOutput()
+	opened = true
 
 	// Execs and loops outlive the call that opens the runner (a signal
 	// that cancels it starts a graceful shutdown, in which they go on):
@@ -452,24 +484,19 @@ func (r *Runner) observe(e core.Exec) {
 // what is left to clean up once the caller has sent it (the mount).
 func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog) (core.Exec, func()) {
 	begin := time.Now()
-	dir := r.mountPath(e.ID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return r.fail(ctx, e, err), nil
-	}
-	opt := fusefs.Options{
-		Store: r.Store, Workspace: e.WS, BaseRev: e.BaseRev, Exec: true,
-		Info:     fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
-		SpoolDir: filepath.Join(r.Dir, "spool"),
+	opt := overlay.Options{
+		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
+		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
 	var homeKept string
 	if r.Remote != nil {
 		opt.Deliver = r.deliverer(e, &homeKept)
 	}
-	m, err := fusefs.Open(dir, opt)
+	m, err := overlay.Open(ctx, opt)
 	if err != nil {
-		os.Remove(dir)
 		return r.fail(ctx, e, fmt.Errorf("mount workspace: %w", err)), nil
 	}
+	dir := m.Mountpoint()
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -524,7 +551,6 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		if err := m.Unmount(cctx); err != nil && commitErr == nil {
 			r.Log.Warn("unmount", "id", e.ID, "err", err)
 		}
-		os.Remove(dir)
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
@@ -660,7 +686,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	err := group.Wait()
 	r.stop(errShutdown)
-	return err
+	return errors.Join(err, r.view.Close(context.WithoutCancel(ctx)))
 }
 
 // outputLog is an exec's event log: a file, plus a way for followers to

@@ -1,0 +1,479 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"computerd/core"
+	"computerd/fsstore"
+)
+
+// View serves committed revisions of a store's workspaces, read-only, at
+// one directory that lives as long as the daemon: DIR/W-R is revision R
+// of workspace W (both ids). Every exec's /workspace is an overlay whose
+// lower layer is such a directory (see computerd/overlay), so the
+// kernel's caches of the view outlive any one exec:
+//
+//   - A revision's tree is a set of FUSE nodes the kernel keeps (dentries,
+//     attributes, listings, pages) for as long as it likes: revisions are
+//     immutable, so nothing ever has to be invalidated. A second exec on
+//     the same revision reads nothing through FUSE.
+//   - A file or symlink is one node for every tree that holds the same
+//     version of it (same store inode, same row: fsstore.Version), so its
+//     cached pages carry over to every later revision in which it did not
+//     change. A new revision costs one READDIRPLUS per directory walked;
+//     the bytes of unchanged files are not read again.
+//   - Directories are one node per tree. A directory node shared by two
+//     trees would be one inode under two parents, which the kernel's
+//     dcache cannot hold (it moves the dentry back and forth).
+//
+// OPEN and OPENDIR answer ENOSYS, so opening costs no request, and the
+// mount is read-only, so the kernel refuses writes itself.
+type View struct {
+	st     *fsstore.Store
+	dir    string
+	ttl    time.Duration
+	server *fuse.Server
+	dev    uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	nodes map[uint64]*viewNode // by node id: every node the kernel holds
+	files map[fileKey]*viewNode
+	dirs  map[dirKey]*viewNode
+	trees map[treeKey]*viewTree
+	next  uint64 // the next node id
+}
+
+// ViewOptions configures OpenView.
+type ViewOptions struct {
+	Store *fsstore.Store
+	// CacheTimeout is how long the kernel may keep entries and attributes
+	// (default 24h; they never change, so longer only saves requests).
+	CacheTimeout time.Duration
+	Debug        bool // log every FUSE request
+}
+
+type treeKey struct{ ws, rev int64 }
+
+// viewTree is one revision served under the view's root.
+type viewTree struct {
+	key  treeKey
+	snap *fsstore.Snapshot
+	root *viewNode // while the kernel holds it
+}
+
+type fileKey struct {
+	ino uint64
+	v   fsstore.Version
+}
+
+type dirKey struct {
+	tree treeKey
+	ino  uint64
+}
+
+// viewNode is a node the kernel holds.
+type viewNode struct {
+	*node // metadata (and nothing else of a Mount's node is used)
+	id    uint64
+	dir   bool
+	fkey  fileKey
+	// tree is a directory's own tree; a file's is the tree it was last
+	// reached through, which is alive, so it is read from there.
+	tree    *viewTree
+	lookups uint64
+	list    []fsstore.Node // a directory's entries, once listed
+}
+
+// OpenView mounts a View at dir, which must exist. Close unmounts it.
+func OpenView(dir string, opt ViewOptions) (*View, error) {
+	if opt.Store == nil {
+		return nil, fmt.Errorf("fusefs: no store")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	v := &View{st: opt.Store, dir: dir, ttl: opt.CacheTimeout, ctx: ctx, cancel: cancel, next: fuse.FUSE_ROOT_ID + 1,
+		nodes: map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[treeKey]*viewTree{}}
+	if v.ttl <= 0 {
+		v.ttl = 24 * time.Hour
+	}
+	server, err := fuse.NewServer(&viewFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), v: v}, dir, &fuse.MountOptions{
+		FsName:            "computerd-view",
+		Name:              "computerd",
+		DirectMount:       true,
+		DirectMountStrict: true,
+		DirectMountFlags:  unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV,
+		AllowOther:        true,
+		Options:           []string{"default_permissions"},
+		MaxWrite:          1 << 20,
+		MaxReadAhead:      1 << 20,
+		DisableXAttrs:     true,
+		DisableSplice:     true,
+		// Nothing here ever changes: the kernel keeps pages across opens
+		// and never compares attributes to drop them.
+		ExplicitDataCacheControl: true,
+		EnableSymlinkCaching:     true,
+		Debug:                    opt.Debug,
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("fusefs: mount view at %s: %w", dir, err)
+	}
+	v.server = server
+	closeOnExecFuse()
+	go server.Serve() // ends with the connection; Close waits for it
+	if err := server.WaitMount(); err != nil {
+		server.Unmount()
+		cancel()
+		return nil, fmt.Errorf("fusefs: mount view at %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		v.dev = st.Dev
+	}
+	raiseReadahead(dir)
+	return v, nil
+}
+
+// Dir is the directory the view is mounted at.
+func (v *View) Dir() string { return v.dir }
+
+// Path is the directory that shows revision rev of workspace ws; it
+// fails if the revision does not exist.
+func (v *View) Path(ctx context.Context, ws, rev int64) (string, error) {
+	if _, err := v.st.Snapshot(ctx, ws, rev); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s/%d-%d", v.dir, ws, rev), nil
+}
+
+// Forget asks the kernel to drop its caches of revision rev of workspace
+// ws (entries, listings, and the pages of files no other tree holds): for
+// a revision no exec will use again. Execs still using it go on.
+func (v *View) Forget(ws, rev int64) {
+	v.server.EntryNotify(fuse.FUSE_ROOT_ID, fmt.Sprintf("%d-%d", ws, rev))
+}
+
+// Nodes reports how many nodes the kernel holds, and of them how many are
+// directories: what the view costs in memory.
+func (v *View) Nodes() (all, dirs int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.nodes), len(v.dirs)
+}
+
+// Close unmounts the view (lazily if an overlay still uses it).
+func (v *View) Close(ctx context.Context) error {
+	err := unmountServer(ctx, v.server, v.dir, v.dev)
+	v.cancel()
+	return err
+}
+
+// tree returns the tree of the root entry name ("W-R").
+func (v *View) tree(name string) (*viewTree, error) {
+	ws, rev, ok := strings.Cut(name, "-")
+	w, err1 := strconv.ParseInt(ws, 10, 64)
+	r, err2 := strconv.ParseInt(rev, 10, 64)
+	if !ok || err1 != nil || err2 != nil || w <= 0 || r <= 0 {
+		return nil, core.ErrNotFound
+	}
+	k := treeKey{w, r}
+	if t := v.trees[k]; t != nil {
+		return t, nil
+	}
+	snap, err := v.st.Snapshot(v.ctx, w, r)
+	if err != nil {
+		return nil, err
+	}
+	t := &viewTree{key: k, snap: snap}
+	v.trees[k] = t
+	return t, nil
+}
+
+// nodeFor returns the node of an entry reached through tree t, made if the
+// kernel holds none, and counts the kernel's new reference to it.
+func (v *View) nodeFor(t *viewTree, n fsstore.Node) *viewNode {
+	var vn *viewNode
+	if n.IsDir() {
+		k := dirKey{t.key, n.Ino}
+		if vn = v.dirs[k]; vn == nil {
+			vn = &viewNode{node: nodeFromStat(n.Stat), dir: true, tree: t}
+			v.dirs[k] = vn
+			v.add(vn)
+		}
+	} else {
+		k := fileKey{n.Ino, n.Version}
+		if vn = v.files[k]; vn == nil {
+			vn = &viewNode{node: nodeFromStat(n.Stat), fkey: k, tree: t}
+			v.files[k] = vn
+			v.add(vn)
+		} else if vn.tree != t {
+			vn.tree, vn.file = t, nil
+		}
+	}
+	vn.lookups++
+	return vn
+}
+
+func (v *View) add(vn *viewNode) {
+	vn.id = v.next
+	v.next++
+	v.nodes[vn.id] = vn
+}
+
+// forget drops the kernel's nlookup references to node id.
+func (v *View) forget(id, nlookup uint64) {
+	vn := v.nodes[id]
+	if vn == nil {
+		return
+	}
+	vn.lookups -= min(vn.lookups, nlookup)
+	if vn.lookups > 0 {
+		return
+	}
+	delete(v.nodes, id)
+	if !vn.dir {
+		delete(v.files, vn.fkey)
+		return
+	}
+	delete(v.dirs, dirKey{vn.tree.key, vn.ino})
+	if vn.tree.root == vn {
+		delete(v.trees, vn.tree.key)
+	}
+}
+
+// listing returns a directory's entries, reading them once.
+func (v *View) listing(d *viewNode) ([]fsstore.Node, error) {
+	if d.list == nil {
+		list, err := d.tree.snap.ReadDirNodes(v.ctx, d.ino)
+		if err != nil {
+			return nil, err
+		}
+		d.list = list
+		if d.list == nil {
+			d.list = []fsstore.Node{}
+		}
+	}
+	return d.list, nil
+}
+
+// viewFS answers the kernel's requests for a View.
+type viewFS struct {
+	fuse.RawFileSystem
+	v *View
+}
+
+var _ fuse.RawFileSystem = (*viewFS)(nil)
+
+func (f *viewFS) String() string { return "computerd-view" }
+
+// rootNode describes the view's root directory.
+var rootNode = &node{ino: fuse.FUSE_ROOT_ID, mode: syscall.S_IFDIR | 0o755, nlink: 2}
+
+func (f *viewFS) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	v := f.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h.NodeId == fuse.FUSE_ROOT_ID {
+		// Revisions come and go (made, pruned): no negative entries here.
+		t, err := v.tree(name)
+		if err != nil {
+			return errno(err)
+		}
+		st, err := t.snap.StatNode(v.ctx, t.snap.RootIno())
+		if err != nil {
+			return errno(err)
+		}
+		vn := v.nodeFor(t, st)
+		t.root = vn
+		v.fillEntry(vn, out)
+		return fuse.OK
+	}
+	d := v.nodes[h.NodeId]
+	if d == nil || !d.dir {
+		return fuse.ENOTDIR
+	}
+	var n fsstore.Node
+	var err error
+	if d.list != nil {
+		i := sort.Search(len(d.list), func(i int) bool { return d.list[i].Name >= name })
+		if i < len(d.list) && d.list[i].Name == name {
+			n = d.list[i]
+		} else {
+			err = core.ErrNotFound
+		}
+	} else {
+		n, err = d.tree.snap.LookupNode(v.ctx, d.ino, name)
+	}
+	if errors.Is(err, core.ErrNotFound) {
+		// A revision never changes: the kernel may remember the absence.
+		out.NodeId = 0
+		out.SetEntryTimeout(v.ttl)
+		return fuse.OK
+	}
+	if err != nil {
+		return errno(err)
+	}
+	v.fillEntry(v.nodeFor(d.tree, n), out)
+	return fuse.OK
+}
+
+func (v *View) fillEntry(vn *viewNode, out *fuse.EntryOut) {
+	out.NodeId = vn.id
+	out.Generation = 1
+	out.SetEntryTimeout(v.ttl)
+	out.SetAttrTimeout(v.ttl)
+	fillAttr(vn.node, &out.Attr)
+}
+
+func (f *viewFS) Forget(nodeID, nlookup uint64) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	f.v.forget(nodeID, nlookup)
+}
+
+func (f *viewFS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	v := f.v
+	n := rootNode
+	if in.NodeId != fuse.FUSE_ROOT_ID {
+		v.mu.Lock()
+		vn := v.nodes[in.NodeId]
+		v.mu.Unlock()
+		if vn == nil {
+			return fuse.ENOENT
+		}
+		n = vn.node
+	}
+	out.SetTimeout(v.ttl)
+	fillAttr(n, &out.Attr)
+	return fuse.OK
+}
+
+func (f *viewFS) Readlink(_ <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	v := f.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	vn := v.nodes[h.NodeId]
+	if vn == nil || vn.mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return nil, fuse.EINVAL
+	}
+	return []byte(vn.target), fuse.OK
+}
+
+// Open and OpenDir answer ENOSYS: the kernel then opens without asking,
+// keeps pages and listings across opens, and sends no RELEASE.
+func (f *viewFS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	return fuse.ENOSYS
+}
+
+func (f *viewFS) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	return fuse.ENOSYS
+}
+
+func (f *viewFS) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.ENOSYS }
+
+func (f *viewFS) StatFs(_ <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	out.Bsize, out.Frsize = 4096, 4096
+	out.Blocks = 1 << 32
+	out.Files = 1 << 32
+	out.NameLen = core.MaxNameLen
+	return fuse.OK
+}
+
+func (f *viewFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	v := f.v
+	v.mu.Lock()
+	vn := v.nodes[in.NodeId]
+	if vn == nil || !vn.isReg() {
+		v.mu.Unlock()
+		return nil, fuse.Status(syscall.EISDIR)
+	}
+	off := int64(in.Offset)
+	if off >= vn.size {
+		v.mu.Unlock()
+		return fuse.ReadResultData(nil), fuse.OK
+	}
+	file := vn.file
+	if file == nil {
+		var err error
+		if file, err = vn.tree.snap.OpenIno(v.ctx, vn.ino); err != nil {
+			v.mu.Unlock()
+			return nil, errno(err)
+		}
+		vn.file = file
+	}
+	k := min(int64(len(buf)), int64(in.Size), vn.size-off)
+	v.mu.Unlock()
+	// Reads run without the lock, so read-ahead and other files overlap.
+	got, err := file.ReadAt(buf[:k], off)
+	if err != nil && !(errors.Is(err, io.EOF) && int64(got) == k) {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(buf[:k]), fuse.OK
+}
+
+func (f *viewFS) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, false)
+}
+
+func (f *viewFS) ReadDirPlus(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, true)
+}
+
+// readDir lists a directory: offsets are positions in its (fixed) listing,
+// after "." (1) and ".." (2).
+func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	v := f.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	add := func(e fuse.DirEntry) *fuse.EntryOut {
+		if plus {
+			return out.AddDirLookupEntry(e)
+		}
+		if out.AddDirEntry(e) {
+			return &fuse.EntryOut{}
+		}
+		return nil
+	}
+	off := in.Offset
+	if off < 1 && add(fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Off: 1}) == nil {
+		return fuse.OK
+	}
+	if off < 2 && add(fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: 2}) == nil {
+		return fuse.OK
+	}
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		return fuse.OK // the revisions are reached by name only
+	}
+	d := v.nodes[in.NodeId]
+	if d == nil || !d.dir {
+		return fuse.ENOTDIR
+	}
+	list, err := v.listing(d)
+	if err != nil {
+		return errno(err)
+	}
+	for i := int(max(off, 2) - 2); i < len(list); i++ {
+		e := list[i]
+		eo := add(fuse.DirEntry{Name: e.Name, Mode: unixMode(e.Mode) & syscall.S_IFMT, Ino: e.Ino, Off: uint64(i) + 3})
+		if eo == nil {
+			break
+		}
+		if plus {
+			v.fillEntry(v.nodeFor(d.tree, e), eo)
+		}
+	}
+	return fuse.OK
+}

@@ -1,0 +1,248 @@
+package overlay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"computerd/core"
+	"computerd/fsstore"
+)
+
+// Changes reads an overlay's upper layer (upper, over the lower layer
+// lower) and returns the changeset that turns the lower tree into the
+// merged one. File contents go into the store through up (Flush it before
+// committing). It costs O(what the upper layer holds): the lower layer is
+// only looked at where the upper one has something.
+//
+// What the upper layer holds, and the ops it becomes:
+//   - a whiteout (a 0/0 character device): the lower entry was deleted:
+//     delete_all;
+//   - a directory that is opaque (trusted.overlay.opaque), or that stands
+//     where the lower layer has no directory: whatever the lower layer had
+//     there goes (delete_all) and a new directory is made (mkdir), its
+//     contents all new;
+//   - a directory over a lower one: merged; chmod/chown if its owner or
+//     mode changed, and its entries compared one by one;
+//   - a regular file: create with its contents, unless it is a copy of the
+//     lower file that only changed mode, owner or time (copy-up by chmod,
+//     touch, or an open for writing that wrote nothing);
+//   - a symlink: symlink; a second name of a file made in the upper layer: link.
+//
+// Directory times are left to the store, which sets them when entries
+// change. FIFOs, sockets and devices have no place in the store yet and
+// are left out.
+func Changes(ctx context.Context, upper, lower string, up *fsstore.Uploader) (*core.Changeset, error) {
+	c := &changes{ctx: ctx, upper: upper, lower: lower, up: up, links: map[[2]uint64]string{}, cs: &core.Changeset{}}
+	if err := c.dir("", true); err != nil {
+		return nil, err
+	}
+	return c.cs, nil
+}
+
+type changes struct {
+	ctx          context.Context
+	upper, lower string
+	up           *fsstore.Uploader
+	links        map[[2]uint64]string // an upper file with several names: its first path
+	cs           *core.Changeset
+}
+
+func (c *changes) add(op core.Op) { c.cs.Ops = append(c.cs.Ops, op) }
+
+// dir walks upper directory p (workspace-relative; "" is the root); merged
+// says the lower layer's directory at p shows through it.
+func (c *changes) dir(p string, merged bool) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(c.upper, p))
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := c.entry(path.Join(p, name), merged); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry turns upper entry p into ops.
+func (c *changes) entry(p string, merged bool) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(c.upper, p), &st); err != nil {
+		return err
+	}
+	var low unix.Stat_t
+	hasLow := false
+	if merged {
+		err := unix.Lstat(filepath.Join(c.lower, p), &low)
+		switch {
+		case err == nil:
+			hasLow = true
+		case !errors.Is(err, unix.ENOENT):
+			return fmt.Errorf("lower %s: %w", p, err)
+		}
+	}
+	typ := st.Mode & syscall.S_IFMT
+	lowTyp := low.Mode & syscall.S_IFMT
+	switch typ {
+	case syscall.S_IFCHR:
+		if st.Rdev == 0 { // a whiteout
+			if hasLow {
+				c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+			}
+			return nil
+		}
+	case syscall.S_IFDIR:
+		if hasLow && lowTyp == syscall.S_IFDIR && !opaque(filepath.Join(c.upper, p)) {
+			c.attrs(p, &st, &low)
+			return c.dir(p, true)
+		}
+		if hasLow {
+			c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+		}
+		c.add(core.Op{Kind: core.OpMkdir, Path: p, Mode: permMode(st.Mode)})
+		c.attrs(p, &st, nil)
+		return c.dir(p, false)
+	case syscall.S_IFREG:
+		return c.file(p, &st, hasLow, &low)
+	case syscall.S_IFLNK:
+		target, err := os.Readlink(filepath.Join(c.upper, p))
+		if err != nil {
+			return err
+		}
+		if hasLow {
+			c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+		}
+		c.add(core.Op{Kind: core.OpSymlink, Path: p, Target: target, Mtime: mtime(&st)})
+		c.owner(p, &st, nil)
+		return nil
+	}
+	return nil // a FIFO, socket or device
+}
+
+// file turns upper regular file p into ops.
+func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t) error {
+	if st.Nlink > 1 {
+		k := [2]uint64{st.Dev, st.Ino}
+		if first, ok := c.links[k]; ok {
+			if hasLow {
+				c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+			}
+			c.add(core.Op{Kind: core.OpLink, Path: p, From: first})
+			return nil
+		}
+		c.links[k] = p
+	}
+	lowReg := hasLow && low.Mode&syscall.S_IFMT == syscall.S_IFREG
+	if hasLow && !lowReg {
+		c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+	}
+	if lowReg && st.Nlink == 1 && st.Size == low.Size {
+		same, err := sameBytes(filepath.Join(c.upper, p), filepath.Join(c.lower, p))
+		if err != nil {
+			return err
+		}
+		if same {
+			c.attrs(p, st, low)
+			if mtime(st) != mtime(low) {
+				c.add(core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime(st)})
+			}
+			return nil
+		}
+	}
+	f, err := os.Open(filepath.Join(c.upper, p))
+	if err != nil {
+		return err
+	}
+	content, err := c.up.Put(c.ctx, f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	c.add(core.Op{Kind: core.OpCreate, Path: p, Mode: permMode(st.Mode), Content: content, Mtime: mtime(st)})
+	if lowReg {
+		c.owner(p, st, low) // create sets the mode of an existing file too
+	} else {
+		c.attrs(p, st, nil)
+	}
+	return nil
+}
+
+// attrs adds chmod and chown for what differs from low (nil: from a new
+// entry's defaults: the mode it was made with, unless that was 0, which
+// mkdir and create take as "the default"; owner root).
+func (c *changes) attrs(p string, st, low *unix.Stat_t) {
+	perm := st.Mode &^ syscall.S_IFMT
+	if low != nil && perm != low.Mode&^syscall.S_IFMT || low == nil && perm == 0 {
+		c.add(core.Op{Kind: core.OpChmod, Path: p, Mode: permMode(st.Mode)})
+	}
+	c.owner(p, st, low)
+}
+
+func (c *changes) owner(p string, st, low *unix.Stat_t) {
+	var uid, gid uint32
+	if low != nil {
+		uid, gid = low.Uid, low.Gid
+	}
+	if st.Uid != uid || st.Gid != gid {
+		c.add(core.Op{Kind: core.OpChown, Path: p, UID: st.Uid, GID: st.Gid})
+	}
+}
+
+func permMode(m uint32) os.FileMode { return fsstore.ModeOf(m &^ syscall.S_IFMT) }
+
+func mtime(st *unix.Stat_t) int64 { return st.Mtim.Nano() }
+
+// opaque reports whether upper directory dir hides the lower one.
+func opaque(dir string) bool {
+	var b [1]byte
+	n, err := unix.Lgetxattr(dir, "trusted.overlay.opaque", b[:])
+	return err == nil && n == 1 && (b[0] == 'y' || b[0] == 'x')
+}
+
+// sameBytes reports whether two files of equal size hold the same bytes.
+func sameBytes(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, erra := io.ReadFull(fa, ba)
+		nb, errb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		if errors.Is(erra, io.EOF) || errors.Is(erra, io.ErrUnexpectedEOF) {
+			return true, nil
+		}
+		if erra != nil {
+			return false, erra
+		}
+		if errb != nil && !errors.Is(errb, io.EOF) && !errors.Is(errb, io.ErrUnexpectedEOF) {
+			return false, errb
+		}
+	}
+}
