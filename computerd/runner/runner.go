@@ -27,8 +27,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/fusefs"
-	"computerd/computerd/overlay"
 	"computerd/computerd/metrics"
+	"computerd/computerd/overlay"
 	"computerd/computerd/sandbox"
 	"computerd/core"
 	"computerd/fsstore"
