@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,13 @@ import (
 //   - Directories are one node per tree. A directory node shared by two
 //     trees would be one inode under two parents, which the kernel's
 //     dcache cannot hold (it moves the dentry back and forth).
+//   - Each workspace has one live tree (DIR/W-LG), which Acquire moves to
+//     the revision an exec asks for whenever no exec is using it: it reads
+//     the diff between the two revisions (O(changes)) and tells the kernel
+//     to forget exactly the entries that changed, so every other dentry,
+//     listing and page stays warm across revisions. An exec that starts
+//     while another uses the live tree at another revision gets the
+//     revision's own tree (DIR/W-R) instead.
 //
 // OPEN and OPENDIR answer ENOSYS, so opening costs no request, and the
 // mount is read-only, so the kernel refuses writes itself.
@@ -53,8 +61,17 @@ type View struct {
 	nodes map[uint64]*viewNode // by node id: every node the kernel holds
 	files map[fileKey]*viewNode
 	dirs  map[dirKey]*viewNode
-	trees map[treeKey]*viewTree
-	next  uint64 // the next node id
+	trees map[string]*viewTree // by root entry name
+	live  map[int64]*liveTree  // by workspace
+	next  uint64               // the next node id
+}
+
+// liveTree is a workspace's live tree and who uses it.
+type liveTree struct {
+	tree  *viewTree
+	gen   int           // its root is named W-L<gen>; a reset makes a new one
+	users int           // execs using it: it moves only at 0
+	ready chan struct{} // closed once the kernel has been told of the last move
 }
 
 // ViewOptions configures OpenView.
@@ -66,12 +83,12 @@ type ViewOptions struct {
 	Debug        bool // log every FUSE request
 }
 
-type treeKey struct{ ws, rev int64 }
-
 // viewTree is one revision served under the view's root.
 type viewTree struct {
-	key  treeKey
-	snap *fsstore.Snapshot
+	name string // its root's entry under the view's root
+	ws   int64
+	snap *fsstore.Snapshot // of the revision it shows (a live tree's moves)
+	live bool
 	root *viewNode // while the kernel holds it
 }
 
@@ -81,7 +98,7 @@ type fileKey struct {
 }
 
 type dirKey struct {
-	tree treeKey
+	tree *viewTree
 	ino  uint64
 }
 
@@ -92,8 +109,10 @@ type viewNode struct {
 	dir   bool
 	fkey  fileKey
 	// tree is a directory's own tree; a file's is the tree it was last
-	// reached through, which is alive, so it is read from there.
+	// reached through. A file reads from snap: the tree's snapshot when it
+	// was reached, or when its live tree moved and it did not change.
 	tree    *viewTree
+	snap    *fsstore.Snapshot
 	lookups uint64
 	list    []fsstore.Node // a directory's entries, once listed
 }
@@ -105,7 +124,7 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	v := &View{st: opt.Store, dir: dir, ttl: opt.CacheTimeout, ctx: ctx, cancel: cancel, next: fuse.FUSE_ROOT_ID + 1,
-		nodes: map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[treeKey]*viewTree{}}
+		nodes: map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[string]*viewTree{}, live: map[int64]*liveTree{}}
 	if v.ttl <= 0 {
 		v.ttl = 24 * time.Hour
 	}
@@ -150,20 +169,202 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 // Dir is the directory the view is mounted at.
 func (v *View) Dir() string { return v.dir }
 
-// Path is the directory that shows revision rev of workspace ws; it
-// fails if the revision does not exist.
-func (v *View) Path(ctx context.Context, ws, rev int64) (string, error) {
-	if _, err := v.st.Snapshot(ctx, ws, rev); err != nil {
-		return "", err
+// Acquire returns the directory that shows revision rev of workspace ws,
+// for an exec to use until it calls release. It is the workspace's live
+// tree, moved to rev if no exec uses it, or else the revision's own tree.
+func (v *View) Acquire(ctx context.Context, ws, rev int64) (dir string, release func(), err error) {
+	snap, err := v.st.Snapshot(ctx, ws, rev)
+	if err != nil {
+		return "", nil, err
 	}
-	return fmt.Sprintf("%s/%d-%d", v.dir, ws, rev), nil
+	for {
+		v.mu.Lock()
+		lt := v.live[ws]
+		if lt != nil {
+			select {
+			case <-lt.ready:
+			default:
+				// Another Acquire is telling the kernel of a move: wait.
+				ready := lt.ready
+				v.mu.Unlock()
+				select {
+				case <-ready:
+				case <-ctx.Done():
+					return "", nil, ctx.Err()
+				}
+				continue
+			}
+		}
+		var notes []viewNotice
+		switch {
+		case lt != nil && lt.tree.snap.Rev == rev:
+		case lt != nil && lt.users > 0:
+			v.mu.Unlock()
+			return fmt.Sprintf("%s/%d-%d", v.dir, ws, rev), func() {}, nil
+		case lt == nil:
+			lt = &liveTree{ready: closedChan}
+			v.live[ws] = lt
+			v.resetLive(lt, snap)
+		default:
+			notes = v.move(ctx, lt, snap)
+		}
+		lt.users++
+		if len(notes) > 0 {
+			lt.ready = make(chan struct{})
+		}
+		t, ready := lt.tree, lt.ready
+		v.mu.Unlock()
+		if len(notes) > 0 {
+			v.notify(notes)
+			close(ready)
+		}
+		release = sync.OnceFunc(func() {
+			v.mu.Lock()
+			lt.users--
+			v.mu.Unlock()
+		})
+		return v.dir + "/" + t.name, release, nil
+	}
 }
 
-// Forget asks the kernel to drop its caches of revision rev of workspace
-// ws (entries, listings, and the pages of files no other tree holds): for
-// a revision no exec will use again. Execs still using it go on.
-func (v *View) Forget(ws, rev int64) {
-	v.server.EntryNotify(fuse.FUSE_ROOT_ID, fmt.Sprintf("%d-%d", ws, rev))
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// resetLive gives lt a new tree at snap (a new root name, so nothing of
+// the old one's dentries is reused).
+func (v *View) resetLive(lt *liveTree, snap *fsstore.Snapshot) {
+	lt.gen++
+	t := &viewTree{name: fmt.Sprintf("%d-L%d", snap.Workspace.ID, lt.gen), ws: snap.Workspace.ID, snap: snap, live: true}
+	if lt.tree != nil {
+		lt.tree.live = false
+		delete(v.trees, lt.tree.name)
+	}
+	lt.tree = t
+	v.trees[t.name] = t
+}
+
+// viewNotice is a kernel cache invalidation, sent without v.mu held (the
+// kernel may answer it with FORGETs).
+type viewNotice struct {
+	parent uint64 // entry: parent node id and name
+	name   string
+	inode  uint64 // or inode (attributes and pages): node id
+}
+
+func (v *View) notify(notes []viewNotice) {
+	for _, n := range notes {
+		if n.inode != 0 {
+			v.server.InodeNotify(n.inode, 0, 0)
+		} else {
+			v.server.EntryNotify(n.parent, n.name)
+		}
+	}
+}
+
+// moveLimit is the size of a diff beyond which a live tree starts afresh
+// rather than moving.
+const moveLimit = 20000
+
+// move moves live tree lt to snap's revision and returns what the kernel
+// must forget: the entry of every path the diff touches (the kernel looks
+// it up again, finding a changed file's new version as a new node), and
+// the listing and attributes of every directory whose entries or
+// attributes changed. Unchanged files follow the tree to the new revision.
+// A diff that renames a directory, or is too big to be worth it, makes a
+// new tree instead. v.mu is held.
+func (v *View) move(ctx context.Context, lt *liveTree, snap *fsstore.Snapshot) []viewNotice {
+	t, old := lt.tree, lt.tree.snap
+	oldRoot := t.name
+	cs, err := v.st.Diff(ctx, t.ws, old.Rev, snap.Rev)
+	reset := err != nil || len(cs.Ops) > moveLimit
+	if !reset {
+		for _, op := range cs.Ops {
+			if op.Kind == core.OpRename {
+				if st, err := snap.Stat(ctx, op.Path); err != nil || st.IsDir() {
+					reset = true
+					break
+				}
+			}
+		}
+	}
+	if reset {
+		v.resetLive(lt, snap)
+		return []viewNotice{{parent: fuse.FUSE_ROOT_ID, name: oldRoot}}
+	}
+	var notes []viewNotice
+	stale := map[*viewNode]bool{} // nodes of versions the move leaves behind
+	// dirNode is the live tree's node of directory p as snapshot sn has it.
+	dirNode := func(sn *fsstore.Snapshot, p string) *viewNode {
+		st, err := sn.Stat(ctx, p)
+		if err != nil || !st.IsDir() {
+			return nil
+		}
+		return v.dirs[dirKey{t, st.Ino}]
+	}
+	touchDir := func(d *viewNode, st core.Stat) {
+		d.list = nil
+		d.node = nodeFromStat(st)
+		notes = append(notes, viewNotice{inode: d.id})
+	}
+	seen := map[string]bool{}
+	for _, op := range cs.Ops {
+		paths := []string{op.Path}
+		if op.From != "" {
+			paths = append(paths, op.From)
+		}
+		for _, p := range paths {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			if p == "" { // the root's own attributes
+				if st, err := snap.Stat(ctx, ""); err == nil && t.root != nil {
+					touchDir(t.root, st)
+				}
+				continue
+			}
+			if on, err := lookupPath(ctx, old, p); err == nil && !on.IsDir() {
+				if vn := v.files[fileKey{on.Ino, on.Version}]; vn != nil && vn.tree == t {
+					stale[vn] = true
+				}
+			}
+			if d := dirNode(snap, p); d != nil {
+				// A directory still there: its listing or attributes changed.
+				if st, err := snap.Stat(ctx, p); err == nil {
+					touchDir(d, st)
+				}
+			}
+			dir, name := path.Split(p)
+			dir = strings.TrimSuffix(dir, "/")
+			for _, sn := range []*fsstore.Snapshot{old, snap} {
+				if d := dirNode(sn, dir); d != nil {
+					d.list = nil
+					notes = append(notes, viewNotice{parent: d.id, name: name})
+				}
+			}
+		}
+	}
+	t.snap = snap
+	for _, vn := range v.files {
+		if vn.tree != t {
+			continue
+		}
+		if stale[vn] {
+			vn.tree = nil // keeps reading its own version from its snapshot
+		} else if vn.snap != snap {
+			vn.snap, vn.file = snap, nil
+		}
+	}
+	return notes
+}
+
+// lookupPath describes the entry at p with its version.
+func lookupPath(ctx context.Context, sn *fsstore.Snapshot, p string) (fsstore.Node, error) {
+	dir, name := path.Split(p)
+	st, err := sn.Stat(ctx, strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return fsstore.Node{}, err
+	}
+	return sn.LookupNode(ctx, st.Ino, name)
 }
 
 // Nodes reports how many nodes the kernel holds, and of them how many are
@@ -181,24 +382,24 @@ func (v *View) Close(ctx context.Context) error {
 	return err
 }
 
-// tree returns the tree of the root entry name ("W-R").
+// tree returns the tree of the root entry name: "W-R" (revision R of
+// workspace W) or a live tree's "W-L<gen>".
 func (v *View) tree(name string) (*viewTree, error) {
+	if t := v.trees[name]; t != nil {
+		return t, nil
+	}
 	ws, rev, ok := strings.Cut(name, "-")
 	w, err1 := strconv.ParseInt(ws, 10, 64)
 	r, err2 := strconv.ParseInt(rev, 10, 64)
 	if !ok || err1 != nil || err2 != nil || w <= 0 || r <= 0 {
 		return nil, core.ErrNotFound
 	}
-	k := treeKey{w, r}
-	if t := v.trees[k]; t != nil {
-		return t, nil
-	}
 	snap, err := v.st.Snapshot(v.ctx, w, r)
 	if err != nil {
 		return nil, err
 	}
-	t := &viewTree{key: k, snap: snap}
-	v.trees[k] = t
+	t := &viewTree{name: name, ws: w, snap: snap}
+	v.trees[name] = t
 	return t, nil
 }
 
@@ -207,7 +408,7 @@ func (v *View) tree(name string) (*viewTree, error) {
 func (v *View) nodeFor(t *viewTree, n fsstore.Node) *viewNode {
 	var vn *viewNode
 	if n.IsDir() {
-		k := dirKey{t.key, n.Ino}
+		k := dirKey{t, n.Ino}
 		if vn = v.dirs[k]; vn == nil {
 			vn = &viewNode{node: nodeFromStat(n.Stat), dir: true, tree: t}
 			v.dirs[k] = vn
@@ -216,11 +417,11 @@ func (v *View) nodeFor(t *viewTree, n fsstore.Node) *viewNode {
 	} else {
 		k := fileKey{n.Ino, n.Version}
 		if vn = v.files[k]; vn == nil {
-			vn = &viewNode{node: nodeFromStat(n.Stat), fkey: k, tree: t}
+			vn = &viewNode{node: nodeFromStat(n.Stat), fkey: k, tree: t, snap: t.snap}
 			v.files[k] = vn
 			v.add(vn)
-		} else if vn.tree != t {
-			vn.tree, vn.file = t, nil
+		} else if vn.tree != t || vn.snap != t.snap {
+			vn.tree, vn.snap, vn.file = t, t.snap, nil
 		}
 	}
 	vn.lookups++
@@ -248,9 +449,12 @@ func (v *View) forget(id, nlookup uint64) {
 		delete(v.files, vn.fkey)
 		return
 	}
-	delete(v.dirs, dirKey{vn.tree.key, vn.ino})
-	if vn.tree.root == vn {
-		delete(v.trees, vn.tree.key)
+	delete(v.dirs, dirKey{vn.tree, vn.ino})
+	if t := vn.tree; t.root == vn {
+		t.root = nil
+		if !t.live && v.trees[t.name] == t {
+			delete(v.trees, t.name)
+		}
 	}
 }
 
@@ -408,7 +612,7 @@ func (f *viewFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Read
 	file := vn.file
 	if file == nil {
 		var err error
-		if file, err = vn.tree.snap.OpenIno(v.ctx, vn.ino); err != nil {
+		if file, err = vn.snap.OpenIno(v.ctx, vn.ino); err != nil {
 			v.mu.Unlock()
 			return nil, errno(err)
 		}

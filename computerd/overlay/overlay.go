@@ -59,6 +59,8 @@ type Layer struct {
 	base  int64
 	lower string
 	draft fsstore.Draft
+	// release lets the view move the lower layer's tree on.
+	release func()
 
 	mu        sync.Mutex
 	committed bool
@@ -90,12 +92,15 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 	l = &Layer{opt: opt, ws: ws, base: base, draft: draft, target: draft.ID}
 	defer func() {
 		if err != nil {
+			if l.release != nil {
+				l.release()
+			}
 			unix.Unmount(l.Mountpoint(), unix.MNT_DETACH)
 			os.RemoveAll(opt.Dir)
 			opt.Store.DeleteWorkspace(context.WithoutCancel(ctx), draft.ID)
 		}
 	}()
-	if l.lower, err = opt.View.Path(ctx, ws.ID, base); err != nil {
+	if l.lower, l.release, err = opt.View.Acquire(ctx, ws.ID, base); err != nil {
 		return nil, fmt.Errorf("overlay: view of %s@%d: %w", ws.Name, base, err)
 	}
 	if err := os.Mkdir(opt.Dir, 0o700); err != nil {
@@ -229,6 +234,7 @@ func (l *Layer) Unmount(ctx context.Context) error {
 	} else {
 		err = nil
 	}
+	l.release()
 	l.mu.Lock()
 	keep := l.keptDraft
 	l.mu.Unlock()
@@ -327,10 +333,11 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld 
 	if d.Head != 1 {
 		return nil // the draft already holds the changes
 	}
-	lower, err := view.Path(ctx, rec.Workspace, rec.Base)
+	lower, release, err := view.Acquire(ctx, rec.Workspace, rec.Base)
 	if err != nil {
 		return err
 	}
+	defer release()
 	up := st.NewUploader()
 	defer up.Close()
 	cs, err := Changes(ctx, filepath.Join(ld, "upper"), lower, up)

@@ -1,0 +1,320 @@
+package main
+
+// The workload suite: commands on a real repository, through computerd's
+// API (fresh container per exec, /workspace an overlay over the revision
+// view, the exec's writes committed as one revision), against the same
+// command in the same container configuration and limits (the same
+// sandbox.Manager settings, helper and warm containers) with an ext4
+// directory holding the same tree bound at /workspace. The page cache is
+// dropped before each cold pair; warm lines are single passes, the first
+// one after the cold pass included, as a user meets them.
+//
+// Metrics (all ratios are computerd / ext4 container):
+//   - grep_first_exec: `grep -r` of the tree in the first exec after the
+//     attach, both sides cold (bar <= 1.5);
+//   - grep_again: the same exec again, head unchanged (bar <= 1.3);
+//   - grep_after_change: again after a one-file write through the API, so
+//     the exec runs on a new revision (bar <= 1.3);
+//   - tar_x: `tar x` of the tree's tarball into /workspace, commit
+//     included (bar <= 1.5);
+//   - git_add_commit: `git init && git add -A && git commit` of the tree,
+//     commit included (bar <= 1.5);
+//   - true_50k: `true` in a 50k-file workspace against `true` in an empty
+//     one, p50 over runs (bar <= 1.2);
+//   - commit_one_file_50k: an exec writing one file in a 50k-file
+//     workspace against the same in a 1k-file one, p50 (bar <= 2);
+//   - rss_peak: computerd's (this process's) peak RSS (bar < 256 MiB).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"computerd/client"
+	"computerd/computerd/daemon"
+	"computerd/computerd/sandbox"
+	"computerd/core"
+	"computerd/wire"
+)
+
+func init() {
+	register(Suite{Name: "workload", Doc: "commands on a real repository in a sandbox, against an ext4 /workspace (needs root)", Run: runWorkload})
+}
+
+var (
+	barWorkCold   = Bar{On: "ratio", Op: "<=", X: 1.5}
+	barWorkWarm   = Bar{On: "ratio", Op: "<=", X: 1.3}
+	barWorkWrite  = Bar{On: "ratio", Op: "<=", X: 1.5}
+	barWorkTrue   = Bar{On: "ratio", Op: "<=", X: 1.2}
+	barWorkCommit = Bar{On: "ratio", Op: "<=", X: 2}
+	barWorkRSS    = Bar{On: "value", Op: "<", X: 256}
+)
+
+// workload is the suite's state: a daemon and its client, and the
+// reference's container manager.
+type workload struct {
+	env *Env
+	cl  *client.Client
+	ref *sandbox.Manager
+	n   int
+}
+
+func runWorkload(ctx context.Context, env *Env) error {
+	if os.Geteuid() != 0 {
+		return errors.New("workload suite needs root (containers, FUSE, drop_caches)")
+	}
+	helper, err := buildTool(ctx, env.Dir, "computerd-sandbox", "computerd/computerd/sandboxd")
+	if err != nil {
+		return err
+	}
+	startRSSWindow()
+	d, token, err := startDaemon(ctx, daemon.Config{DataDir: filepath.Join(env.Dir, "workload"), SandboxHelper: helper, SandboxWarm: daemon.DefaultSandboxWarm})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	ref := &sandbox.Manager{StateDir: filepath.Join(env.Dir, "workload-ref"), Helper: helper, Warm: daemon.DefaultSandboxWarm}
+	defer ref.Close()
+	if err := ref.Warmup(); err != nil {
+		return err
+	}
+	w := &workload{env: env, cl: client.New(d.URL(), token), ref: ref}
+
+	// The same tree twice: attached to workspace src, copied to ext4.
+	refSrc := filepath.Join(env.Dir, "ref-src")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", env.Src, refSrc).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %v: %s", env.Src, err, out)
+	}
+	if err := w.attachDir(ctx, "src", env.Src); err != nil {
+		return err
+	}
+	grep := []string{"grep", "-r", "-c", "func main", "/workspace"}
+
+	pair := func(name string, b Bar, cold bool, argv []string) error {
+		var got, want time.Duration
+		err := env.phase(ctx, name, func(ctx context.Context) error {
+			var err error
+			if cold {
+				dropCaches()
+			} else if _, err := w.refRun(ctx, refSrc, []string{"sh", "-c", "grep -rc 'warm up' /workspace >/dev/null; true"}); err != nil {
+				// The reference is warm: its last run may have come
+				// before a cache drop, or before the tree changed.
+				return fmt.Errorf("ext4 container: %w", err)
+			}
+			if want, err = w.refRun(ctx, refSrc, argv); err != nil {
+				return fmt.Errorf("ext4 container: %w", err)
+			}
+			if cold {
+				dropCaches()
+			}
+			got, err = w.exec(ctx, "src", argv)
+			return err
+		})
+		if err != nil {
+			env.Emit(timedOut("workload/"+name, "s", b, err))
+			return err
+		}
+		env.Emit(Result{Name: "workload/" + name, Value: secs(got), Unit: "s"}.withRef("ext4_container_s", secs(want)).check(b))
+		return nil
+	}
+	if err := pair("grep_first_exec", barWorkCold, true, grep); err != nil {
+		return err
+	}
+	if err := pair("grep_again", barWorkWarm, false, grep); err != nil {
+		return err
+	}
+	if _, err := w.cl.Write(ctx, "src", "README.bench", strings.NewReader("one change\n"), client.WriteOptions{}); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(refSrc, "README.bench"), []byte("one change\n"), 0o644); err != nil {
+		return err
+	}
+	if err := pair("grep_after_change", barWorkWarm, false, grep); err != nil {
+		return err
+	}
+	gitArgv := []string{"sh", "-c", "cd /workspace && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm tree"}
+	if err := pair("git_add_commit", barWorkWrite, false, gitArgv); err != nil {
+		return err
+	}
+
+	// tar x: the tarball lies in /workspace on both sides.
+	tarball := filepath.Join(env.Dir, "src.tar")
+	if out, err := exec.CommandContext(ctx, "tar", "-C", env.Src, "-cf", tarball, ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("tar: %v: %s", err, out)
+	}
+	refTar := filepath.Join(env.Dir, "ref-tar")
+	if err := os.Mkdir(refTar, 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "cp", tarball, refTar+"/src.tar").CombinedOutput(); err != nil {
+		return fmt.Errorf("cp: %v: %s", err, out)
+	}
+	if _, err := w.cl.CreateWorkspace(ctx, "tar"); err != nil {
+		return err
+	}
+	f, err := os.Open(tarball)
+	if err != nil {
+		return err
+	}
+	_, err = w.cl.Write(ctx, "tar", "src.tar", f, client.WriteOptions{})
+	f.Close()
+	if err != nil {
+		return err
+	}
+	tarArgv := []string{"sh", "-c", "mkdir /workspace/x && tar -xf /workspace/src.tar -C /workspace/x"}
+	{
+		var got, want time.Duration
+		err := env.phase(ctx, "tar_x", func(ctx context.Context) error {
+			var err error
+			if want, err = w.refRun(ctx, refTar, tarArgv); err != nil {
+				return fmt.Errorf("ext4 container: %w", err)
+			}
+			got, err = w.exec(ctx, "tar", tarArgv)
+			return err
+		})
+		if err != nil {
+			env.Emit(timedOut("workload/tar_x", "s", barWorkWrite, err))
+			return err
+		}
+		env.Emit(Result{Name: "workload/tar_x", Value: secs(got), Unit: "s"}.withRef("ext4_container_s", secs(want)).check(barWorkWrite))
+	}
+
+	// Size does not cost: true and a one-file commit in 50k files.
+	for _, ws := range []struct {
+		name  string
+		files int
+	}{{"empty", 0}, {"f1k", 1000}, {"f50k", 50000}} {
+		if err := w.generated(ctx, ws.name, ws.files); err != nil {
+			return err
+		}
+	}
+	runs := func(name string, argv []string, n int) ([]time.Duration, error) {
+		var out []time.Duration
+		for range n {
+			d, err := w.exec(ctx, name, argv)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, d)
+		}
+		return out, nil
+	}
+	var tEmpty, t50k, c1k, c50k []time.Duration
+	err = env.phase(ctx, "true_50k", func(ctx context.Context) error {
+		for range 10 {
+			a, err := runs("empty", []string{"true"}, 1)
+			if err != nil {
+				return err
+			}
+			b, err := runs("f50k", []string{"true"}, 1)
+			if err != nil {
+				return err
+			}
+			tEmpty, t50k = append(tEmpty, a...), append(t50k, b...)
+		}
+		for i := range 10 {
+			write := []string{"sh", "-c", fmt.Sprintf("echo %d > /workspace/one.txt", i)}
+			a, err := runs("f1k", write, 1)
+			if err != nil {
+				return err
+			}
+			b, err := runs("f50k", write, 1)
+			if err != nil {
+				return err
+			}
+			c1k, c50k = append(c1k, a...), append(c50k, b...)
+		}
+		return nil
+	})
+	if err != nil {
+		env.Emit(timedOut("workload/true_50k", "ms", barWorkTrue, err))
+		return err
+	}
+	env.Emit(Result{Name: "workload/true_50k", Value: ms(percentile(t50k, 50)), Unit: "ms"}.withRef("true_empty_ms", ms(percentile(tEmpty, 50))).check(barWorkTrue))
+	env.Emit(Result{Name: "workload/commit_one_file_50k", Value: ms(percentile(c50k, 50)), Unit: "ms"}.withRef("commit_one_file_1k_ms", ms(percentile(c1k, 50))).check(barWorkCommit))
+	rss, err := peakRSSMiB()
+	if err != nil {
+		return err
+	}
+	env.Emit(Result{Name: "workload/rss_peak", Value: rss, Unit: "MiB", Note: "the whole bench process: computerd in process plus the client"}.check(barWorkRSS))
+	return nil
+}
+
+// exec runs argv in workspace ws through the API and returns the time
+// from request to the recorded end (the commit included).
+func (w *workload) exec(ctx context.Context, ws string, argv []string) (time.Duration, error) {
+	start := time.Now()
+	rec, err := w.cl.Exec(ctx, ws, wire.ExecRequest{Argv: argv, Timeout: "20m"}, nil)
+	d := time.Since(start)
+	if err == nil && rec.ExitCode != 0 {
+		err = fmt.Errorf("%s exited %d (%s)", strings.Join(argv, " "), rec.ExitCode, rec.Error)
+	}
+	if err == nil && rec.Error != "" {
+		err = errors.New(rec.Error)
+	}
+	w.env.Logf("exec %s in %s: %v", strings.Join(argv, " "), ws, d)
+	return d, err
+}
+
+// refRun runs argv in a container of the reference's with dir at /workspace.
+func (w *workload) refRun(ctx context.Context, dir string, argv []string) (time.Duration, error) {
+	w.n++
+	start := time.Now()
+	res, err := w.ref.Run(ctx, sandbox.Spec{ID: fmt.Sprintf("ref-%d", w.n), Argv: argv, WorkspaceDir: dir, Timeout: 20 * time.Minute}, nil)
+	d := time.Since(start)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("%s exited %d", strings.Join(argv, " "), res.ExitCode)
+	}
+	w.env.Logf("ext4 %s: %v", strings.Join(argv, " "), d)
+	return d, err
+}
+
+// attachDir makes workspace ws and attaches dir to it.
+func (w *workload) attachDir(ctx context.Context, ws, dir string) error {
+	if _, err := w.cl.CreateWorkspace(ctx, ws); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "tar", "-C", dir, "-cf", "-", ".")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	_, aerr := w.cl.Attach(ctx, ws, out, client.AttachOptions{})
+	io.Copy(io.Discard, out)
+	return errors.Join(aerr, cmd.Wait())
+}
+
+// generated makes workspace ws holding n small files, 100 per directory,
+// in one revision.
+func (w *workload) generated(ctx context.Context, ws string, n int) error {
+	if _, err := w.cl.CreateWorkspace(ctx, ws); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	var ops []core.Op
+	for i := range n {
+		ops = append(ops, core.Op{Kind: core.OpCreate, Path: fmt.Sprintf("d%03d/f%05d.txt", i/100, i), Data: []byte(fmt.Sprintf("file %d\n", i))})
+		if i%100 == 0 {
+			ops = append(ops[:len(ops)-1], core.Op{Kind: core.OpMkdir, Path: fmt.Sprintf("d%03d", i/100)}, ops[len(ops)-1])
+		}
+	}
+	_, err := w.cl.Ops(ctx, ws, wire.Ops{Ops: ops})
+	return err
+}
+
+// dropCaches drops the page, dentry and inode caches (both sides go cold).
+func dropCaches() {
+	exec.Command("sync").Run()
+	os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+}
