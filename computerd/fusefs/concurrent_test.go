@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/fusefs/treetest"
 )
 
 // TestConcurrentWritersAndCommits writes from several goroutines while the
@@ -60,8 +61,8 @@ func TestConcurrentWritersAndCommits(t *testing.T) {
 	if _, _, err := m.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := storeTree(t, st, w.ID), dirTree(t, dir); got != want {
-		t.Fatalf("store differs from mount:\n%s", diffLines(got, want))
+	if got, want := treetest.Store(t, st, w.ID), treetest.Dir(t, dir); got != want {
+		t.Fatalf("store differs from mount:\n%s", treetest.Diff(got, want))
 	}
 	if _, _, err := m.Commit(bg); err != nil {
 		t.Fatal(err)

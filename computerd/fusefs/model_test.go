@@ -1,17 +1,11 @@
 package fusefs_test
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/fusefs/treetest"
 	"computerd/core"
 	"computerd/fsstore"
 )
@@ -103,8 +98,8 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 				t.Fatalf("step %d: refresh: %v", step, err)
 			}
 			h = head(t, st, w.ID)
-			if got, want := dirTree(t, mnt), dirTree(t, ref); got != want {
-				t.Fatalf("step %d: after api write %s + refresh: mount differs from reference:\n%s", step, p, diffLines(got, want))
+			if got, want := treetest.Dir(t, mnt), treetest.Dir(t, ref); got != want {
+				t.Fatalf("step %d: after api write %s + refresh: mount differs from reference:\n%s", step, p, treetest.Diff(got, want))
 			}
 			continue
 		case 0, 1:
@@ -176,8 +171,8 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 				t.Fatalf("step %d: commit made revision %d (changed %v) after %d, head %d", step, rev.Rev, changed, h, head(t, st, w.ID))
 			}
 			h = head(t, st, w.ID)
-			if got, want := storeTree(t, st, w.ID), dirTree(t, ref); got != want {
-				t.Fatalf("step %d: store differs from reference:\n%s", step, diffLines(got, want))
+			if got, want := treetest.Store(t, st, w.ID), treetest.Dir(t, ref); got != want {
+				t.Fatalf("step %d: store differs from reference:\n%s", step, treetest.Diff(got, want))
 			}
 			continue
 		}
@@ -185,15 +180,15 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 		if errno(errRef) != errno(errMnt) {
 			t.Fatalf("step %d: %s: reference %v, mount %v", step, o.desc, errRef, errMnt)
 		}
-		if got, want := dirTree(t, mnt), dirTree(t, ref); got != want {
-			t.Fatalf("step %d: after %s: mount differs from reference:\n%s", step, o.desc, diffLines(got, want))
+		if got, want := treetest.Dir(t, mnt), treetest.Dir(t, ref); got != want {
+			t.Fatalf("step %d: after %s: mount differs from reference:\n%s", step, o.desc, treetest.Diff(got, want))
 		}
 	}
 	if _, _, err := m.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := storeTree(t, st, w.ID), dirTree(t, ref); got != want {
-		t.Fatalf("end: store differs from reference:\n%s", diffLines(got, want))
+	if got, want := treetest.Store(t, st, w.ID), treetest.Dir(t, ref); got != want {
+		t.Fatalf("end: store differs from reference:\n%s", treetest.Diff(got, want))
 	}
 }
 
@@ -208,100 +203,3 @@ func errno(err error) syscall.Errno {
 	return 0
 }
 
-func describe(mode fs.FileMode, nlink uint64, target string, content []byte) string {
-	switch {
-	case mode.IsDir():
-		return fmt.Sprintf("dir %o", mode.Perm())
-	case mode&fs.ModeSymlink != 0:
-		return "symlink " + target
-	}
-	return fmt.Sprintf("file %o n%d %d %x", mode.Perm(), nlink, len(content), sha256.Sum256(content))
-}
-
-// dirTree describes a directory tree, one line per entry.
-func dirTree(t *testing.T, root string) string {
-	t.Helper()
-	var lines []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		var target string
-		var content []byte
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err = os.Readlink(p)
-		case fi.Mode().IsRegular():
-			content, err = os.ReadFile(p)
-		}
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		lines = append(lines, rel+" "+describe(fi.Mode(), statT(fi).Nlink, target, content))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
-func storeTree(t *testing.T, st *fsstore.Store, ws int64) string {
-	t.Helper()
-	sn, err := st.Snapshot(bg, ws, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	err = sn.ReadTree(bg, "", func(p string, s core.Stat, r io.Reader) error {
-		if p == "" {
-			return nil
-		}
-		var content []byte
-		if r != nil {
-			var err error
-			if content, err = io.ReadAll(r); err != nil {
-				return err
-			}
-		}
-		lines = append(lines, p+" "+describe(s.Mode, uint64(s.Nlink), s.Target, content))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
-func diffLines(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	var b bytes.Buffer
-	gs, ws := map[string]bool{}, map[string]bool{}
-	for _, l := range g {
-		gs[l] = true
-	}
-	for _, l := range w {
-		ws[l] = true
-	}
-	for _, l := range g {
-		if !ws[l] {
-			fmt.Fprintf(&b, "+ %s\n", l)
-		}
-	}
-	for _, l := range w {
-		if !gs[l] {
-			fmt.Fprintf(&b, "- %s\n", l)
-		}
-	}
-	return b.String()
-}

@@ -177,6 +177,7 @@ func (v *View) Acquire(ctx context.Context, ws, rev int64) (dir string, release 
 	if err != nil {
 		return "", nil, err
 	}
+	rev = snap.Rev // core.Head: the head's number
 	for {
 		v.mu.Lock()
 		lt := v.live[ws]

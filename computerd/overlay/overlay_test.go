@@ -1,0 +1,282 @@
+package overlay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"computerd/computerd/fusefs"
+	"computerd/computerd/fusefs/treetest"
+	"computerd/computerd/overlay"
+	"computerd/core"
+	"computerd/fsstore"
+)
+
+var bg = context.Background()
+
+// fixture is a store with a workspace, a revision view and a way to open layers.
+type fixture struct {
+	st   *fsstore.Store
+	view *fusefs.View
+	ws   core.Workspace
+	dir  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (FUSE and overlayfs)")
+	}
+	dir := t.TempDir()
+	st := fsstore.New(filepath.Join(dir, "data"))
+	if err := st.Open(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	vdir := filepath.Join(dir, "view")
+	os.Mkdir(vdir, 0o700)
+	view, err := fusefs.OpenView(vdir, fusefs.ViewOptions{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		view.Close(ctx)
+		fusefs.CleanupStale(vdir)
+	})
+	ws, err := st.CreateWorkspace(bg, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{st: st, view: view, ws: ws, dir: dir}
+}
+
+func (f *fixture) commit(t *testing.T, b *core.Batch) core.Revision {
+	t.Helper()
+	rev, err := f.st.Commit(bg, f.ws.ID, b, fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+func (f *fixture) open(t *testing.T, id string, base int64) *overlay.Layer {
+	t.Helper()
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base,
+		Dir: filepath.Join(f.dir, "layer-"+id), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Unmount(bg) })
+	return l
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChanges makes every kind of change through an overlay and checks
+// that the committed revision is the merged tree the command saw, and
+// that copies-up that changed nothing make no change.
+func TestChanges(t *testing.T) {
+	f := newFixture(t)
+	b := &core.Batch{}
+	b.Mkdir("d", 0o755).Mkdir("d/e", 0o755).Mkdir("gone", 0o755).Mkdir("gone/sub", 0o700).Mkdir("todir", 0o755).Mkdir("tofile", 0o755)
+	b.WriteFile("a.txt", []byte("a"), 0o644).WriteFile("d/b.txt", []byte("b"), 0o644).WriteFile("d/e/c.txt", []byte("c"), 0o600)
+	b.WriteFile("gone/sub/x", []byte("x"), 0o644).WriteFile("same.txt", []byte("same"), 0o644).WriteFile("mode.txt", []byte("m"), 0o644)
+	b.WriteFile("tofile/inner", []byte("i"), 0o644).WriteFile("todir/f", []byte("f"), 0o644).WriteFile("touch.txt", []byte("t"), 0o644)
+	b.Add(core.Op{Kind: core.OpSymlink, Path: "ln", Target: "a.txt"})
+	base := f.commit(t, b)
+	l := f.open(t, "x1", base.Rev)
+	m := l.Mountpoint()
+	p := func(rel string) string { return filepath.Join(m, rel) }
+	must(t, os.WriteFile(p("a.txt"), []byte("changed"), 0o644))
+	must(t, os.Remove(p("d/b.txt")))
+	must(t, os.RemoveAll(p("gone")))
+	must(t, os.RemoveAll(p("d/e")))
+	must(t, os.Mkdir(p("d/e"), 0o750)) // opaque: c.txt must not come back
+	must(t, os.WriteFile(p("d/e/new.txt"), []byte("new"), 0o640))
+	must(t, os.WriteFile(p("same.txt"), []byte("same"), 0o644)) // copied up, same bytes
+	must(t, os.Chmod(p("mode.txt"), 0o600))
+	must(t, os.Chtimes(p("touch.txt"), time.Unix(1e9, 0), time.Unix(1e9, 0)))
+	must(t, os.RemoveAll(p("tofile")))
+	must(t, os.WriteFile(p("tofile"), []byte("now a file"), 0o644))
+	must(t, os.RemoveAll(p("todir")))
+	must(t, os.MkdirAll(p("todir/x/y"), 0o755))
+	must(t, os.Remove(p("ln")))
+	must(t, os.Symlink("d/e/new.txt", p("ln")))
+	must(t, os.MkdirAll(p("n1/n2"), 0o700))
+	must(t, os.WriteFile(p("n1/n2/h"), []byte("hard"), 0o644))
+	must(t, os.Link(p("n1/n2/h"), p("n1/h2")))
+	must(t, os.WriteFile(p("zero"), nil, 0))
+	must(t, os.WriteFile(p("owned"), []byte("o"), 0o644))
+	must(t, os.Lchown(p("owned"), 1234, 5678))
+	want := treetest.Dir(t, m)
+
+	rev, changed, err := l.Commit(bg)
+	if err != nil || !changed {
+		t.Fatalf("commit: %v %v", changed, err)
+	}
+	if rev.Rev != base.Rev+1 || rev.Source != core.SourceExec || rev.ExecID != "x1" {
+		t.Fatalf("revision: %+v", rev)
+	}
+	if got := treetest.Store(t, f.st, f.ws.ID); got != want {
+		t.Fatalf("committed tree differs from what the command saw:\n%s", treetest.Diff(got, want))
+	}
+	sn, err := f.st.Snapshot(bg, f.ws.ID, 0)
+	must(t, err)
+	if st, err := sn.Stat(bg, "owned"); err != nil || st.UID != 1234 || st.GID != 5678 {
+		t.Fatalf("owner: %+v %v", st, err)
+	}
+	cs, err := f.st.Diff(bg, f.ws.ID, base.Rev, rev.Rev)
+	must(t, err)
+	for _, op := range cs.Ops {
+		if op.Path == "same.txt" && op.Kind != core.OpUtimes {
+			t.Fatalf("a rewrite with the same bytes changed more than the time: %v", op)
+		}
+	}
+	must(t, l.Unmount(bg))
+	if _, err := os.Stat(filepath.Join(f.dir, "layer-x1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the layer's directory is still there: %v", err)
+	}
+}
+
+// TestNothingChanged: an exec that reads only makes no revision.
+func TestNothingChanged(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("a", []byte("a"), 0o644))
+	l := f.open(t, "x", base.Rev)
+	if _, err := os.ReadFile(filepath.Join(l.Mountpoint(), "a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, err := l.Commit(bg); err != nil || changed {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	w, _ := f.st.WorkspaceByID(bg, f.ws.ID)
+	if w.Head != base.Rev {
+		t.Fatalf("head %d, want %d", w.Head, base.Rev)
+	}
+}
+
+// TestConflict: a path the workspace changed after the exec's base is a
+// conflict; the exec's version is kept in a copy, the workspace's stays.
+func TestConflict(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
+	l := f.open(t, "x", base.Rev)
+	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "f"), []byte("exec"), 0o644))
+	f.commit(t, (&core.Batch{}).WriteFile("f", []byte("api"), 0o644))
+	_, _, err := l.Commit(bg)
+	var ce *fusefs.ConflictError
+	var sce *core.ConflictError
+	if !errors.As(err, &ce) || !errors.As(err, &sce) || len(sce.Paths) != 1 || sce.Paths[0] != "f" {
+		t.Fatalf("commit: %v", err)
+	}
+	copySn, err := f.st.Snapshot(bg, ce.ID, 0)
+	must(t, err)
+	if b, err := copySn.ReadFile(bg, "f"); err != nil || string(b) != "exec" {
+		t.Fatalf("copy %s holds %q %v", ce.Name, b, err)
+	}
+	sn, _ := f.st.Snapshot(bg, f.ws.ID, 0)
+	if b, err := sn.ReadFile(bg, "f"); err != nil || string(b) != "api" {
+		t.Fatalf("workspace holds %q %v", b, err)
+	}
+}
+
+// TestRecover: what a layer held when its process died reaches the
+// exec's draft, and fusefs.Recover commits it as an interrupted revision.
+func TestRecover(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
+	dir := filepath.Join(f.dir, "layers")
+	os.Mkdir(dir, 0o700)
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev,
+		Dir: filepath.Join(dir, "x9"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x9"}})
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "new"), []byte("kept"), 0o644))
+	// The process dies here: no Commit, no Unmount; the overlay stays mounted.
+	must(t, overlay.Recover(bg, f.st, f.view, dir))
+	if _, err := os.Stat(filepath.Join(dir, "x9")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("layer left after Recover: %v", err)
+	}
+	rec, err := fusefs.Recover(bg, f.st)
+	if err != nil || len(rec) != 1 || rec[0].Revision.Source != core.SourceInterrupted || rec[0].Revision.ExecID != "x9" {
+		t.Fatalf("recover: %+v %v", rec, err)
+	}
+	sn, _ := f.st.Snapshot(bg, f.ws.ID, 0)
+	if b, err := sn.ReadFile(bg, "new"); err != nil || string(b) != "kept" {
+		t.Fatalf("interrupted write: %q %v", b, err)
+	}
+}
+
+// TestRandomChanges applies random operations through an overlay and
+// checks, for every seed, that the committed tree is what the command saw.
+func TestRandomChanges(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			f := newFixture(t)
+			r := rand.New(rand.NewPCG(seed, seed))
+			b := &core.Batch{}
+			names := []string{"a", "b", "c"}
+			for _, d := range names {
+				b.Mkdir(d, 0o755)
+				for _, e := range names {
+					b.Mkdir(d+"/"+e, 0o755)
+					b.WriteFile(d+"/"+e+"/f", []byte(d+e), 0o644)
+				}
+				b.WriteFile(d+"/g", []byte(d), 0o644)
+			}
+			base := f.commit(t, b)
+			l := f.open(t, fmt.Sprint("r", seed), base.Rev)
+			m := l.Mountpoint()
+			pick := func() string {
+				p := names[r.IntN(3)]
+				for r.IntN(2) == 0 && len(p) < 12 {
+					p += "/" + []string{"a", "b", "c", "f", "g"}[r.IntN(5)]
+				}
+				return filepath.Join(m, p)
+			}
+			for range 40 {
+				p := pick()
+				switch r.IntN(8) {
+				case 0:
+					os.RemoveAll(p)
+				case 1:
+					os.MkdirAll(p, 0o755)
+				case 2:
+					os.WriteFile(p, []byte(fmt.Sprint(r.Int())), 0o644)
+				case 3:
+					os.Chmod(p, os.FileMode(0o600+r.IntN(0o100)))
+				case 4:
+					os.Symlink("target", p)
+				case 5:
+					os.Link(pick(), p)
+				case 6:
+					os.Rename(pick(), p) // directories: EXDEV, as in Docker
+				case 7:
+					if fh, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+						fh.WriteString("more")
+						fh.Close()
+					}
+				}
+			}
+			want := treetest.Dir(t, m)
+			if _, _, err := l.Commit(bg); err != nil {
+				t.Fatal(err)
+			}
+			if got := treetest.Store(t, f.st, f.ws.ID); got != want {
+				t.Fatalf("seed %d: committed tree differs from what the command saw:\n%s", seed, treetest.Diff(got, want))
+			}
+		})
+	}
+}
+
