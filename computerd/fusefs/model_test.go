@@ -202,4 +202,3 @@ func errno(err error) syscall.Errno {
 	}
 	return 0
 }
-

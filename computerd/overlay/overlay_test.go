@@ -279,4 +279,3 @@ func TestRandomChanges(t *testing.T) {
 		})
 	}
 }
-
