@@ -3,7 +3,6 @@ package fusefs_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,95 +155,6 @@ func TestQuietPeriodCommits(t *testing.T) {
 	}
 }
 
-func TestExecCommitsExactlyOnce(t *testing.T) {
-	st := MustStore(t)
-	w := MustWorkspace(t, st, "w")
-	base, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("keep", []byte("k"), 0).WriteFile("edit", []byte("old"), 0).WriteFile("del", []byte("d"), 0), fsstore.CommitInfo{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Someone else moves the head on after the exec's base: the exec must
-	// still see its base, and commit on top without conflict.
-	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("other", []byte("o"), 0), fsstore.CommitInfo{}); err != nil {
-		t.Fatal(err)
-	}
-	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, BaseRev: base.Rev, Exec: true,
-		QuietPeriod: 50 * time.Millisecond, Info: fsstore.CommitInfo{ExecID: "x1", Tenant: "t"}})
-	if _, err := os.Stat(filepath.Join(dir, "other")); !os.IsNotExist(err) {
-		t.Fatalf("exec sees a file newer than its base: %v", err)
-	}
-	mustWrite(t, filepath.Join(dir, "edit"), "new")
-	os.Remove(filepath.Join(dir, "del"))
-	mustWrite(t, filepath.Join(dir, "tmp"), "t")
-	time.Sleep(200 * time.Millisecond) // a checkpoint into the draft
-	os.Remove(filepath.Join(dir, "tmp"))
-	f, _ := os.Create(filepath.Join(dir, "new"))
-	f.WriteString("n")
-	f.Sync() // another checkpoint
-	f.Close()
-	if d, _ := st.Drafts(bg); len(d) != 1 {
-		t.Fatalf("drafts %v", d)
-	}
-	h0 := head(t, st, w.ID)
-	rev, changed, err := m.Commit(bg)
-	if err != nil || !changed {
-		t.Fatalf("commit %v %v", changed, err)
-	}
-	if rev.Rev != h0+1 || head(t, st, w.ID) != h0+1 || rev.Source != core.SourceExec || rev.ExecID != "x1" {
-		t.Fatalf("rev %+v, head %d: want one exec revision after %d", rev, head(t, st, w.ID), h0)
-	}
-	files, err := st.DiffFiles(bg, w.ID, h0, rev.Rev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, f := range files {
-		got[f.Path] = f.Status
-	}
-	want := map[string]string{"edit": "modified", "del": "deleted", "new": "added"}
-	if len(got) != len(want) {
-		t.Fatalf("changes %v, want %v", got, want)
-	}
-	for p, s := range want {
-		if got[p] != s {
-			t.Fatalf("changes %v, want %v", got, want)
-		}
-	}
-	if v, _ := storeFile(t, st, w.ID, "other"); v != "o" {
-		t.Fatal("exec commit lost a concurrent change")
-	}
-	// Nothing more: no revision.
-	if _, changed, _ := m.Commit(bg); changed {
-		t.Fatal("second commit changed something")
-	}
-	if err := m.Unmount(bg); err != nil {
-		t.Fatal(err)
-	}
-	if d, _ := st.Drafts(bg); len(d) != 0 {
-		t.Fatalf("drafts left: %v", d)
-	}
-}
-
-func TestExecNoChangeNoRevision(t *testing.T) {
-	st := MustStore(t)
-	w := MustWorkspace(t, st, "w")
-	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: true})
-	h0 := head(t, st, w.ID)
-	mustWrite(t, filepath.Join(dir, "tmp"), "t")
-	os.Mkdir(filepath.Join(dir, "d"), 0o755)
-	f, _ := os.Create(filepath.Join(dir, "d/x"))
-	f.Sync()
-	f.Close()
-	os.RemoveAll(filepath.Join(dir, "d"))
-	os.Remove(filepath.Join(dir, "tmp"))
-	if _, changed, err := m.Commit(bg); err != nil || changed {
-		t.Fatalf("changed %v err %v", changed, err)
-	}
-	if head(t, st, w.ID) != h0 {
-		t.Fatal("a revision was made")
-	}
-}
-
 func TestRefreshShowsOthersChanges(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
@@ -358,34 +268,6 @@ func TestConflictKeepsBothVersions(t *testing.T) {
 	}
 }
 
-func TestExecConflictKeepsDraft(t *testing.T) {
-	st := MustStore(t)
-	w := MustWorkspace(t, st, "w")
-	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
-		t.Fatal(err)
-	}
-	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: true, Info: fsstore.CommitInfo{ExecID: "e7"}})
-	mustWrite(t, filepath.Join(dir, "a"), "exec")
-	if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err := m.Commit(bg)
-	var ce *fusefs.ConflictError
-	if !errors.As(err, &ce) || !errors.As(err, new(*core.ConflictError)) {
-		t.Fatalf("commit: %v", err)
-	}
-	kept, err := st.Workspace(bg, "t", ce.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := storeFile(t, st, kept.ID, "a"); v != "exec" {
-		t.Fatalf("kept %q", v)
-	}
-	if v, _ := storeFile(t, st, w.ID, "a"); v != "api" {
-		t.Fatalf("workspace %q", v)
-	}
-}
-
 func ino(fi os.FileInfo) uint64 {
 	if fi == nil {
 		return 0
@@ -393,17 +275,16 @@ func ino(fi os.FileInfo) uint64 {
 	return statT(fi).Ino
 }
 
-// A workspace with the longest name keeps its conflict copy, from a host
-// mount and from an exec's view alike.
+// A workspace with the longest name keeps its conflict copy.
 func TestConflictCopyOfLongName(t *testing.T) {
-	for _, exec := range []bool{false, true} {
-		t.Run(fmt.Sprintf("exec=%v", exec), func(t *testing.T) {
+	{
+		{
 			st := MustStore(t)
 			w := MustWorkspace(t, st, strings.Repeat("n", 128))
 			if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("base"), 0), fsstore.CommitInfo{}); err != nil {
 				t.Fatal(err)
 			}
-			m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: exec, Info: fsstore.CommitInfo{ExecID: "e7"}})
+			m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Info: fsstore.CommitInfo{ExecID: "e7"}})
 			mustWrite(t, filepath.Join(dir, "a"), "mine")
 			if _, err := st.Commit(bg, w.ID, new(core.Batch).WriteFile("a", []byte("api"), 0), fsstore.CommitInfo{}); err != nil {
 				t.Fatal(err)
@@ -420,6 +301,6 @@ func TestConflictCopyOfLongName(t *testing.T) {
 			if v, _ := storeFile(t, st, kept.ID, "a"); v != "mine" {
 				t.Fatalf("kept %q", v)
 			}
-		})
+		}
 	}
 }

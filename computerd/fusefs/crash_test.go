@@ -10,10 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"computerd/computerd/fusefs"
-	"computerd/core"
 	"computerd/fsstore"
 )
 
@@ -35,8 +33,7 @@ func serveChild() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	_, err := fusefs.Open(os.Getenv("FUSEFS_CHILD_MNT"), fusefs.Options{Store: st, Workspace: ws, QuietPeriod: -1,
-		Exec: os.Getenv("FUSEFS_CHILD_EXEC") != "", Info: fsstore.CommitInfo{ExecID: "crashed"}})
+	_, err := fusefs.Open(os.Getenv("FUSEFS_CHILD_MNT"), fusefs.Options{Store: st, Workspace: ws, QuietPeriod: -1})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -47,13 +44,10 @@ func serveChild() {
 
 // crashChild starts a child serving workspace ws of the store in dir at
 // mnt, and returns a function that kill -9s it.
-func crashChild(t *testing.T, dir string, ws int64, mnt string, execMode bool) func() {
+func crashChild(t *testing.T, dir string, ws int64, mnt string) func() {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "FUSEFS_CHILD=1", "FUSEFS_CHILD_STORE="+dir, fmt.Sprintf("FUSEFS_CHILD_WS=%d", ws), "FUSEFS_CHILD_MNT="+mnt)
-	if execMode {
-		cmd.Env = append(cmd.Env, "FUSEFS_CHILD_EXEC=1")
-	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +120,7 @@ func TestKill9KeepsFsynced(t *testing.T) {
 	}
 	dir, ws := newStoreDir(t)
 	mnt := t.TempDir()
-	kill := crashChild(t, dir, ws, mnt, false)
+	kill := crashChild(t, dir, ws, mnt)
 	big := make([]byte, 3<<20+17)
 	for i := range big {
 		big[i] = byte(i % 251)
@@ -162,35 +156,4 @@ func TestKill9KeepsFsynced(t *testing.T) {
 	if rep, err := st.Check(bg, fsstore.CheckOptions{}); err != nil || len(rep.Problems) > 0 {
 		t.Fatalf("check: %v %v", rep, err)
 	}
-}
-
-// TestKill9ExecRecover kills the process serving an exec mount after a
-// checkpoint and checks that Recover commits the writes as an interrupted
-// revision.
-func TestKill9ExecRecover(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root and /dev/fuse")
-	}
-	dir, ws := newStoreDir(t)
-	mnt := t.TempDir()
-	kill := crashChild(t, dir, ws, mnt, true)
-	writeSync(t, filepath.Join(mnt, "made"), []byte("by the exec"))
-	kill()
-	fusefs.CleanupStale(mnt)
-	st := reopen(t, dir)
-	h0 := head(t, st, ws)
-	got, err := fusefs.Recover(bg, st)
-	if err != nil || len(got) != 1 || got[0].Err != nil || got[0].Revision.Rev != h0+1 {
-		t.Fatalf("recover: %+v %v", got, err)
-	}
-	if r := got[0].Revision; r.Source != core.SourceInterrupted || r.ExecID != "crashed" {
-		t.Fatalf("revision %+v", r)
-	}
-	if v, _ := storeFile(t, st, ws, "made"); v != "by the exec" {
-		t.Fatalf("made = %q", v)
-	}
-	if d, _ := st.Drafts(bg); len(d) != 0 {
-		t.Fatalf("drafts left %v", d)
-	}
-	_ = time.Second
 }

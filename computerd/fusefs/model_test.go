@@ -28,18 +28,17 @@ func TestRandomOps(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with FUSEFS_SEED=%d)", seed, seed)
 	for round := range 4 {
-		exec := round%2 == 1 // exec mode: checkpoints into a draft, one revision per Commit
-		t.Run(fmt.Sprintf("%d/exec=%v", round, exec), func(t *testing.T) {
-			runRandomOps(t, seed+uint64(round), 300, exec)
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			runRandomOps(t, seed+uint64(round), 300)
 		})
 	}
 }
 
-func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
+func runRandomOps(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	m, mnt := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Exec: exec})
+	m, mnt := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
 	ref := t.TempDir()
 	dirs := []string{"", "a", "b", "a/c", "b/d"}
 	names := []string{"f", "g", "h", "a", "b", "c", "d"}
@@ -74,9 +73,6 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 		p, q := pick(), pick()
 		switch k := rng.IntN(15); k {
 		case 14:
-			if exec {
-				continue
-			}
 			// Someone else writes through the store; Refresh shows it.
 			if _, _, err := m.Commit(bg); err != nil {
 				t.Fatalf("step %d: commit: %v", step, err)
@@ -149,18 +145,6 @@ func runRandomOps(t *testing.T, seed uint64, steps int, exec bool) {
 			o = op{fmt.Sprintf("chmod %s %o", p, mode), func(r string) error { return unix.Fchmodat(unix.AT_FDCWD, filepath.Join(r, p), mode, 0) }}
 		case 13:
 			o = op{"commit", nil}
-			if exec && rng.IntN(2) == 0 {
-				o = op{"fsync", func(r string) error {
-					if r == ref {
-						return nil
-					}
-					f, err := os.Open(r)
-					if err != nil {
-						return err
-					}
-					return errors.Join(f.Sync(), f.Close())
-				}}
-			}
 		}
 		if o.fn == nil {
 			rev, changed, err := m.Commit(bg)

@@ -10,8 +10,6 @@ package fusefs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -38,26 +36,15 @@ type Options struct {
 	Workspace int64
 	// BaseRev is the revision the mount starts from (0: the head).
 	BaseRev int64
-	// Exec selects exec mode: writes collect in a hidden draft workspace and
-	// reach Workspace only through Commit, as one revision. Otherwise
-	// (host mode) every commit is a revision of Workspace.
-	Exec bool
 	// Info is the template for the revisions the mount commits; Source
-	// defaults to fsstore.SourceMount (fsstore.SourceExec in exec mode).
+	// defaults to fsstore.SourceMount.
 	Info fsstore.CommitInfo
 	// QuietPeriod is how long after the last change the mount commits by
-	// itself (host mode) or checkpoints into its draft (exec mode). Zero
-	// means 2s; negative disables it.
+	// itself. Zero means 2s; negative disables it.
 	QuietPeriod time.Duration
 	// OnCommit, if set, is called after each revision of Workspace the
 	// mount makes.
 	OnCommit func(core.Revision)
-	// Deliver, if set, replaces applying an exec mount's changeset to
-	// Workspace (an executor pushes it to its home instead). An error
-	// wrapping ErrKeepDraft leaves the draft in place, holding the changes
-	// for a later delivery; a *fsstore.ConflictError keeps it as a
-	// conflict copy, as a local conflict does.
-	Deliver func(ctx context.Context, draft fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error)
 	// CacheTimeout is how long the kernel may cache entries and attributes
 	// (default 24h): the mount invalidates them itself when others change
 	// the workspace (Refresh).
@@ -76,9 +63,6 @@ type Options struct {
 var (
 	// ErrUnmounted: the mount has been unmounted.
 	ErrUnmounted = errors.New("fusefs: unmounted")
-	// ErrKeepDraft, wrapped in an error from Options.Deliver, says the
-	// changes could not be delivered now and the draft must stay.
-	ErrKeepDraft = errors.New("fusefs: changes kept in the draft")
 )
 
 // ConflictError reports a commit refused because the workspace changed the
@@ -106,7 +90,6 @@ type Mount struct {
 	cancel   context.CancelFunc
 	server   *fuse.Server
 	dev      uint64 // the mount's device number: its FUSE connection is minor(dev)
-	kept     error  // a Deliver failure that left the changes in the draft (under syncMu)
 	chunk    int64
 	ttl      time.Duration
 	quiet    time.Duration
@@ -119,7 +102,7 @@ type Mount struct {
 
 	mu         sync.Mutex
 	ws         core.Workspace // the workspace published to
-	target     int64          // the workspace commits go to: ws, its draft, or a conflict copy
+	target     int64          // the workspace commits go to: ws, or a conflict copy
 	base       int64          // target's revision the snapshot shows
 	snap       *fsstore.Snapshot
 	rootIno    uint64
@@ -140,14 +123,7 @@ type Mount struct {
 	closed     bool
 	lastErr    error // of the last commit made by the quiet timer
 
-	// Exec mode.
-	draft     *fsstore.Draft
-	published int64 // draft revision last published
-	pubBase   int64 // ws revision the next publish is based on
 }
-
-// liveDrafts are the drafts mounts of this process work in; Recover leaves them alone.
-var liveDrafts sync.Map
 
 // Open serves opt.Workspace at dir, which must exist. Call Unmount when done.
 func Open(dir string, opt Options) (*Mount, error) {
@@ -173,19 +149,12 @@ func Open(dir string, opt Options) (*Mount, error) {
 	}
 	if m.opt.Info.Source == "" {
 		m.opt.Info.Source = core.SourceMount
-		if opt.Exec {
-			m.opt.Info.Source = core.SourceExec
-		}
 	}
 	err := m.open(dir)
 	if err != nil {
 		cancel()
 		if m.spool != nil {
 			m.spool.close()
-		}
-		if m.draft != nil {
-			m.st.DeleteWorkspace(context.WithoutCancel(ctx), m.draft.ID)
-			liveDrafts.Delete(m.draft.ID)
 		}
 		return nil, err
 	}
@@ -204,19 +173,6 @@ func (m *Mount) open(dir string) error {
 		base = ws.Head
 	}
 	m.target, m.base = ws.ID, base
-	if m.opt.Exec {
-		label := "mount-" + randomHex()
-		if m.opt.Info.ExecID != "" {
-			label = ExecLabel(m.opt.Info.ExecID)
-		}
-		d, err := m.st.CreateDraft(ctx, ws.ID, base, label)
-		if err != nil {
-			return fmt.Errorf("fusefs: draft of %s: %w", ws.Name, err)
-		}
-		m.draft = &d
-		liveDrafts.Store(d.ID, true)
-		m.target, m.base, m.published, m.pubBase = d.ID, d.Head, d.Head, base
-	}
 	if m.snap, err = m.st.Snapshot(ctx, m.target, m.base); err != nil {
 		return fmt.Errorf("fusefs: snapshot: %w", err)
 	}
@@ -337,30 +293,6 @@ func raiseReadahead(dir string) {
 	os.WriteFile(p, []byte("1024"), 0o644)
 }
 
-func randomHex() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// safeLabel keeps the characters a workspace name may hold.
-// ExecLabel is the label of the draft that holds exec id's writes
-// (Recover finds the exec by it).
-func ExecLabel(id string) string { return "exec-" + safeLabel(id) }
-
-func safeLabel(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			b[i] = '_'
-		}
-	}
-	if len(b) > 100 {
-		b = b[:100]
-	}
-	return string(b)
-}
-
 // newIno returns an inode number reserved in the store for a new node.
 func (m *Mount) newIno() (uint64, error) {
 	if m.inoNext == m.inoEnd {
@@ -413,24 +345,18 @@ func (m *Mount) onQuiet() {
 	m.bg.Add(1)
 	m.mu.Unlock()
 	defer m.bg.Done()
-	var err error
-	if m.opt.Exec {
-		err = m.sync()
-	} else {
-		_, _, err = m.Commit(m.ctx)
-	}
+	_, _, err := m.Commit(m.ctx)
 	m.mu.Lock()
 	m.lastErr = err
 	m.mu.Unlock()
 }
 
-// sync makes everything written so far durable: a revision of the
-// workspace in host mode, of the draft in exec mode (fsync).
+// sync makes everything written so far durable as a revision (fsync).
 func (m *Mount) sync() error {
 	m.syncMu.Lock()
 	rev, changed, notes, err := m.flush(m.ctx)
 	m.syncMu.Unlock()
-	if changed && !m.opt.Exec && m.opt.OnCommit != nil {
+	if changed && m.opt.OnCommit != nil {
 		m.opt.OnCommit(rev)
 	}
 	if len(notes) > 0 {
@@ -449,18 +375,13 @@ func (m *Mount) sync() error {
 	return err
 }
 
-// Commit commits everything written so far. In host mode that is one
-// revision of the workspace (none if nothing changed); in exec mode, one
-// revision of the workspace holding exactly the changes since the mount
-// started (or since the last Commit). When the workspace changed the same
+// Commit commits everything written so far as one revision of the
+// workspace (none if nothing changed). When the workspace changed the same
 // paths meanwhile it fails with a *ConflictError, which also unwraps to
 // *fsstore.ConflictError.
 func (m *Mount) Commit(ctx context.Context) (core.Revision, bool, error) {
 	m.syncMu.Lock()
 	rev, changed, notes, err := m.flush(ctx)
-	if err == nil && m.opt.Exec {
-		rev, changed, err = m.publish(ctx)
-	}
 	m.syncMu.Unlock()
 	m.notify(notes)
 	if err != nil {
@@ -510,11 +431,7 @@ func (m *Mount) flush(ctx context.Context) (core.Revision, bool, []notice, error
 		return core.Revision{}, false, nil, nil
 	}
 	info := m.opt.Info
-	if m.draft != nil && m.target == m.draft.ID {
-		info.Source, info.Message = core.SourceMount, "checkpoint"
-	} else {
-		info.Base = m.base
-	}
+	info.Base = m.base
 	rev, err := m.st.CommitNodes(ctx, m.target, ops, info)
 	var notes []notice
 	if err != nil {
@@ -705,92 +622,10 @@ func (m *Mount) keepConflict(ctx context.Context, ops []fsstore.NodeOp, cause er
 	return rev, &ConflictError{ID: fork.ID, Name: name, Err: cause}
 }
 
-// publish commits the draft's changes since the last publish to the
-// workspace as one revision. The caller holds syncMu.
-func (m *Mount) publish(ctx context.Context) (core.Revision, bool, error) {
-	m.mu.Lock()
-	head, draftID, from, base := m.base, m.target, m.published, m.pubBase
-	m.mu.Unlock()
-	if m.draft == nil || draftID != m.draft.ID || head == from {
-		return core.Revision{}, false, nil
-	}
-	cs, err := m.st.Diff(ctx, draftID, from, head)
-	if err != nil {
-		return core.Revision{}, false, err
-	}
-	if onlyDirTimes(ctx, m.st, draftID, head, cs) {
-		m.mu.Lock()
-		m.published = head
-		m.mu.Unlock()
-		return core.Revision{}, false, nil
-	}
-	info := m.opt.Info
-	info.Base = base
-	var rev core.Revision
-	if m.kept != nil {
-		// Delivery failed once: the draft holds the changes for whoever
-		// retries later (one delivery at a time, never two racing).
-		return rev, false, m.kept
-	}
-	if m.opt.Deliver != nil {
-		rev, err = m.opt.Deliver(ctx, *m.draft, cs, info)
-		if errors.Is(err, ErrKeepDraft) {
-			m.kept = err
-			return rev, false, err
-		}
-	} else {
-		rev, err = m.st.Apply(ctx, m.ws.ID, cs, info)
-	}
-	if err != nil {
-		if !errors.As(err, new(*core.ConflictError)) {
-			return rev, false, err
-		}
-		name := fsstore.CopyName(m.ws.Name, "conflict", m.draft.Label)
-		w, kerr := m.st.KeepDraft(ctx, m.draft.ID, name)
-		if kerr != nil {
-			return rev, false, fmt.Errorf("keep conflicting changes: %w (after %w)", kerr, err)
-		}
-		liveDrafts.Delete(m.draft.ID)
-		m.mu.Lock()
-		m.draft = nil
-		m.mu.Unlock()
-		return rev, false, &ConflictError{ID: w.ID, Name: w.Name, Err: err}
-	}
-	m.mu.Lock()
-	m.published, m.pubBase = head, rev.Rev
-	m.mu.Unlock()
-	return rev, true, nil
-}
-
-// onlyDirTimes reports whether a changeset changes nothing but the times
-// of directories (what creating and removing temporary files leaves).
-func onlyDirTimes(ctx context.Context, st *fsstore.Store, ws, rev int64, cs *core.Changeset) bool {
-	var sn *fsstore.Snapshot
-	for _, op := range cs.Ops {
-		if op.Kind != core.OpUtimes {
-			return false
-		}
-		if sn == nil {
-			var err error
-			if sn, err = st.Snapshot(ctx, ws, rev); err != nil {
-				return false
-			}
-		}
-		if s, err := sn.Stat(ctx, op.Path); err != nil || !s.IsDir() {
-			return false
-		}
-	}
-	return true
-}
-
 // Refresh brings a host mount up to the workspace head: it commits what
 // is pending, then tells the kernel to forget every entry and inode that
-// others changed since, so its long-lived caches stay right. In exec mode
-// the mount keeps showing its base revision and Refresh does nothing.
+// others changed since, so its long-lived caches stay right.
 func (m *Mount) Refresh(ctx context.Context) error {
-	if m.opt.Exec {
-		return nil
-	}
 	m.syncMu.Lock()
 	rev, changed, notes, err := m.flush(ctx)
 	if err == nil {
@@ -978,17 +813,6 @@ func (m *Mount) Unmount(ctx context.Context) error {
 	case <-ctx.Done():
 		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
 	}
-	m.mu.Lock()
-	draft := m.draft
-	m.mu.Unlock()
-	if draft != nil {
-		liveDrafts.Delete(draft.ID)
-		if cerr == nil {
-			if err := m.st.DeleteWorkspace(context.WithoutCancel(ctx), draft.ID); err != nil && cerr == nil {
-				cerr = err
-			}
-		}
-	}
 	return errors.Join(cerr, uerr)
 }
 
@@ -1035,68 +859,6 @@ func isFuseMount(dir string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// Recovered reports what Recover did with one draft.
-type Recovered struct {
-	Draft    fsstore.Draft
-	Revision core.Revision // the interrupted revision (Rev 0: nothing to commit)
-	Kept     string        // on conflict: the workspace now holding the draft
-	Err      error
-}
-
-// Recover commits the drafts that exec mounts left behind when computerd
-// died, each as one revision of its workspace with Source "interrupted",
-// and deletes them. A draft whose changes conflict is kept as a workspace
-// instead (Kept). Drafts of mounts alive in this process are left alone;
-// call it at start-up, before serving.
-func Recover(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
-	drafts, err := st.Drafts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []Recovered
-	for _, d := range drafts {
-		if _, live := liveDrafts.Load(d.ID); live {
-			continue
-		}
-		r := Recovered{Draft: d}
-		if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
-			if rev, err := st.ExecRevision(ctx, d.Origin, id); err == nil && rev > 0 {
-				// Its changes were committed; only the draft's removal was cut short.
-				r.Err = st.DeleteWorkspace(ctx, d.ID)
-				out = append(out, r)
-				continue
-			}
-		}
-		cs, err := st.Diff(ctx, d.ID, 1, d.Head)
-		if err == nil && len(cs.Ops) > 0 {
-			info := fsstore.CommitInfo{Source: core.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,
-				Message: "writes of an interrupted " + d.Label}
-			if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
-				info.ExecID = id
-			}
-			r.Revision, err = st.Apply(ctx, d.Origin, cs, info)
-			if errors.As(err, new(*core.ConflictError)) {
-				origin, oerr := st.WorkspaceByID(ctx, d.Origin)
-				name := fsstore.CopyName(fmt.Sprintf("ws%d", d.Origin), "interrupted", d.Label)
-				if oerr == nil {
-					name = fsstore.CopyName(origin.Name, "interrupted", d.Label)
-				}
-				if _, kerr := st.KeepDraft(ctx, d.ID, name); kerr == nil {
-					r.Kept = name
-				} else {
-					err = errors.Join(err, kerr)
-				}
-			}
-		}
-		if err == nil {
-			err = st.DeleteWorkspace(ctx, d.ID)
-		}
-		r.Err = err
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // closeOnExecFuse marks this process's /dev/fuse descriptors close-on-exec.

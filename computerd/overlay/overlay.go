@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,10 @@ import (
 	"computerd/core"
 	"computerd/fsstore"
 )
+
+// ErrKeepDraft, wrapped in an error from Options.Deliver, says the
+// changes could not be delivered now and the draft must keep them.
+var ErrKeepDraft = errors.New("overlay: changes kept in the draft")
 
 // Options configures Open.
 type Options struct {
@@ -39,7 +44,7 @@ type Options struct {
 	// Info is the template of the exec's commit (Source exec, tenant, exec id, message).
 	Info fsstore.CommitInfo
 	// Deliver, if set, replaces committing the changeset to the workspace
-	// (an executor pushes it home). An error wrapping fusefs.ErrKeepDraft
+	// (an executor pushes it home). An error wrapping ErrKeepDraft
 	// keeps the changes in the draft for a later delivery.
 	Deliver func(ctx context.Context, draft fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error)
 }
@@ -84,7 +89,7 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 	if base == core.Head {
 		base = ws.Head
 	}
-	label := fusefs.ExecLabel(opt.Info.ExecID)
+	label := ExecLabel(opt.Info.ExecID)
 	draft, err := opt.Store.CreateDraft(ctx, ws.ID, base, label)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: draft of %s: %w", ws.Name, err)
@@ -119,6 +124,24 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// ExecLabel is the label of the draft that holds exec id's writes
+// (Recover finds the exec by it).
+func ExecLabel(id string) string { return "exec-" + safeLabel(id) }
+
+// safeLabel keeps the characters a workspace name may hold.
+func safeLabel(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 100 {
+		b = b[:100]
+	}
+	return string(b)
 }
 
 // mount mounts the overlay of lower and dir's upper layer at dir/mnt.
@@ -190,7 +213,7 @@ func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 		l.keptDraft = true
 		cs.From, cs.To = l.draft.Head, drev.Rev
 		rev, err := l.opt.Deliver(ctx, l.draft, cs, info)
-		if errors.Is(err, fusefs.ErrKeepDraft) {
+		if errors.Is(err, ErrKeepDraft) {
 			return rev, false, err
 		}
 		l.keptDraft = false
@@ -362,4 +385,63 @@ func writeFileSync(path string, data []byte) error {
 		err = f.Sync()
 	}
 	return errors.Join(err, f.Close())
+}
+
+// Recovered reports what RecoverDrafts did with one draft.
+type Recovered struct {
+	Draft    fsstore.Draft
+	Revision core.Revision // the interrupted revision (Rev 0: nothing to commit)
+	Kept     string        // on conflict: the workspace now holding the draft
+	Err      error
+}
+
+// RecoverDrafts commits the drafts that execs left behind when computerd
+// died (Recover has moved what their layers held into them), each as one
+// revision of its workspace with Source "interrupted", and deletes them. A
+// draft whose changes conflict is kept as a workspace instead (Kept). Call
+// it at start-up, before any exec starts.
+func RecoverDrafts(ctx context.Context, st *fsstore.Store) ([]Recovered, error) {
+	drafts, err := st.Drafts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Recovered
+	for _, d := range drafts {
+		r := Recovered{Draft: d}
+		if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
+			if rev, err := st.ExecRevision(ctx, d.Origin, id); err == nil && rev > 0 {
+				// Its changes were committed; only the draft's removal was cut short.
+				r.Err = st.DeleteWorkspace(ctx, d.ID)
+				out = append(out, r)
+				continue
+			}
+		}
+		cs, err := st.Diff(ctx, d.ID, 1, d.Head)
+		if err == nil && len(cs.Ops) > 0 {
+			info := fsstore.CommitInfo{Source: core.SourceInterrupted, Tenant: d.Tenant, Base: d.OriginRev,
+				Message: "writes of an interrupted " + d.Label}
+			if id, ok := strings.CutPrefix(d.Label, "exec-"); ok {
+				info.ExecID = id
+			}
+			r.Revision, err = st.Apply(ctx, d.Origin, cs, info)
+			if errors.As(err, new(*core.ConflictError)) {
+				origin, oerr := st.WorkspaceByID(ctx, d.Origin)
+				name := fsstore.CopyName(fmt.Sprintf("ws%d", d.Origin), "interrupted", d.Label)
+				if oerr == nil {
+					name = fsstore.CopyName(origin.Name, "interrupted", d.Label)
+				}
+				if _, kerr := st.KeepDraft(ctx, d.ID, name); kerr == nil {
+					r.Kept = name
+				} else {
+					err = errors.Join(err, kerr)
+				}
+			}
+		}
+		if err == nil {
+			err = st.DeleteWorkspace(ctx, d.ID)
+		}
+		r.Err = err
+		out = append(out, r)
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,9 @@ type fixture struct {
 	dir  string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureNamed(t, "w") }
+
+func newFixtureNamed(t *testing.T, name string) *fixture {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (FUSE and overlayfs)")
@@ -50,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 		view.Close(ctx)
 		fusefs.CleanupStale(vdir)
 	})
-	ws, err := st.CreateWorkspace(bg, "t", "w")
+	ws, err := st.CreateWorkspace(bg, "t", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,10 +170,40 @@ func TestNothingChanged(t *testing.T) {
 	}
 }
 
-// TestConflict: a path the workspace changed after the exec's base is a
-// conflict; the exec's version is kept in a copy, the workspace's stays.
-func TestConflict(t *testing.T) {
+// TestBaseNotHead: an exec sees its base revision, not what was committed
+// after it, and its changes land on top of those when they do not touch
+// the same paths.
+func TestBaseNotHead(t *testing.T) {
 	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("keep", []byte("k"), 0o644).WriteFile("edit", []byte("old"), 0o644))
+	l := f.open(t, "x", base.Rev)
+	later := f.commit(t, (&core.Batch{}).WriteFile("other", []byte("o"), 0o644))
+	if _, err := os.Stat(filepath.Join(l.Mountpoint(), "other")); !os.IsNotExist(err) {
+		t.Fatalf("the exec sees a file newer than its base: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "edit"), []byte("new"), 0o644))
+	rev, changed, err := l.Commit(bg)
+	if err != nil || !changed || rev.Rev != later.Rev+1 {
+		t.Fatalf("commit: %+v %v %v", rev, changed, err)
+	}
+	sn, _ := f.st.Snapshot(bg, f.ws.ID, 0)
+	for p, want := range map[string]string{"keep": "k", "edit": "new", "other": "o"} {
+		if b, err := sn.ReadFile(bg, p); err != nil || string(b) != want {
+			t.Fatalf("%s: %q %v, want %q", p, b, err, want)
+		}
+	}
+}
+
+// TestConflict: a path the workspace changed after the exec's base is a
+// conflict; the exec's version is kept in a copy, the workspace's stays;
+// also for a workspace whose name is as long as names go.
+func TestConflict(t *testing.T) {
+	t.Run("short", func(t *testing.T) { testConflict(t, "w") })
+	t.Run("long", func(t *testing.T) { testConflict(t, strings.Repeat("n", 128)) })
+}
+
+func testConflict(t *testing.T, name string) {
+	f := newFixtureNamed(t, name)
 	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
 	l := f.open(t, "x", base.Rev)
 	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "f"), []byte("exec"), 0o644))
@@ -208,7 +241,7 @@ func TestRecover(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x9")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("layer left after Recover: %v", err)
 	}
-	rec, err := fusefs.Recover(bg, f.st)
+	rec, err := overlay.RecoverDrafts(bg, f.st)
 	if err != nil || len(rec) != 1 || rec[0].Revision.Source != core.SourceInterrupted || rec[0].Revision.ExecID != "x9" {
 		t.Fatalf("recover: %+v %v", rec, err)
 	}

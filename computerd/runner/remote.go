@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"computerd/computerd/fusefs"
+	"computerd/computerd/overlay"
 	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
@@ -58,7 +58,7 @@ func (r *Runner) deliverer(e core.Exec, keptAs *string) func(context.Context, fs
 // push sends an exec's changeset (read from draft) home. On a conflict
 // the home keeps the changes in a copy of its own, in the push's
 // transaction: push returns a *core.ConflictError and the copy's name. A
-// transport failure wraps fusefs.ErrKeepDraft (the caller retries later).
+// transport failure wraps overlay.ErrKeepDraft (the caller retries later).
 func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Changeset, source core.Source) (core.Revision, string, error) {
 	start := time.Now()
 	hdr := syncproto.PushHeader{PushID: e.ID, Base: e.HomeBase, Message: commandLine(e.Argv), Source: source}
@@ -81,11 +81,11 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 		case errors.Is(err, core.ErrMissingChunk):
 			// No verdict on the changes themselves: the next push
 			// carries every chunk they name again.
-			return res.Revision, "", fmt.Errorf("%w: %v", fusefs.ErrKeepDraft, err)
+			return res.Revision, "", fmt.Errorf("%w: %v", overlay.ErrKeepDraft, err)
 		case errors.As(err, &we) && we.Status >= 400 && we.Status < 500:
 			return res.Revision, "", err // the home refused it: retrying will not help
 		}
-		return res.Revision, "", fmt.Errorf("%w: home unreachable: %v", fusefs.ErrKeepDraft, err)
+		return res.Revision, "", fmt.Errorf("%w: home unreachable: %v", overlay.ErrKeepDraft, err)
 	}
 }
 
@@ -123,7 +123,7 @@ func (r *Runner) settle(ctx context.Context, e core.Exec, source core.Source) bo
 	if len(cs.Ops) > 0 {
 		rev, kept, err = r.push(ctx, e, e.Draft, cs, source)
 	}
-	if errors.Is(err, fusefs.ErrKeepDraft) {
+	if errors.Is(err, overlay.ErrKeepDraft) {
 		e.Error = "waiting for the home: " + err.Error()
 		r.Store.UpdateExec(ctx, e)
 		return false

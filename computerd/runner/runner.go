@@ -196,7 +196,7 @@ func CleanupMounts(dir string) error {
 
 // Open cleans up after a previous process that died: it removes its
 // containers and stale mounts, commits what its execs had written as
-// interrupted revisions (fusefs.Recover), and marks their journal records
+// interrupted revisions (overlay.RecoverDrafts), and marks their journal records
 // interrupted. Then it starts the runner's background loops (output
 // pruning; on an executor, the pending pushes). Call it once, before
 // Start; when it fails nothing of the runner is left running. Close ends
@@ -230,12 +230,12 @@ func (r *Runner) Open(ctx context.Context) error {
 	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); err != nil {
 		return fmt.Errorf("recover exec layers: %w", err)
 	}
-	var recovered []fusefs.Recovered
+	var recovered []overlay.Recovered
 	if r.Remote != nil {
 		if err := r.recoverRemote(ctx); err != nil {
 			return fmt.Errorf("recover drafts: %w", err)
 		}
-	} else if recovered, err = fusefs.Recover(ctx, r.Store); err != nil {
+	} else if recovered, err = overlay.RecoverDrafts(ctx, r.Store); err != nil {
 		return fmt.Errorf("recover drafts: %w", err)
 	}
 	for _, rc := range recovered {
@@ -529,7 +529,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		if r.Metrics != nil {
 			r.Metrics.Committed(rev)
 		}
-	case errors.Is(commitErr, fusefs.ErrKeepDraft):
+	case errors.Is(commitErr, overlay.ErrKeepDraft):
 		// An executor whose home is away: the draft holds the changes
 		// until the pending-push loop delivers them.
 		e.Draft, _, _ = m.Status()
