@@ -19,6 +19,9 @@ package main
 //     included (bar <= 1.5);
 //   - git_add_commit: `git init && git add -A && git commit` of the tree,
 //     commit included (bar <= 1.5);
+//   - go_build, go_test: `go build ./...` and `go test ./...` of a
+//     generated module of 200 packages (tests in 20), build cache empty
+//     (bar <= 1.5);
 //   - true_50k: `true` in a 50k-file workspace against `true` in an empty
 //     one, p50 over runs (bar <= 1.2);
 //   - commit_one_file_50k: an exec writing one file in a 50k-file
@@ -96,24 +99,24 @@ func runWorkload(ctx context.Context, env *Env) error {
 	}
 	grep := []string{"grep", "-r", "-c", "func main", "/workspace"}
 
-	pair := func(name string, b Bar, cold bool, argv []string) error {
+	pair := func(name string, b Bar, cold bool, ws, refDir string, argv []string) error {
 		var got, want time.Duration
 		err := env.phase(ctx, name, func(ctx context.Context) error {
 			var err error
 			if cold {
 				dropCaches()
-			} else if _, err := w.refRun(ctx, refSrc, []string{"sh", "-c", "grep -rc 'warm up' /workspace >/dev/null; true"}); err != nil {
+			} else if _, err := w.refRun(ctx, refDir, []string{"sh", "-c", "grep -rc 'warm up' /workspace >/dev/null; true"}); err != nil {
 				// The reference is warm: its last run may have come
 				// before a cache drop, or before the tree changed.
 				return fmt.Errorf("ext4 container: %w", err)
 			}
-			if want, err = w.refRun(ctx, refSrc, argv); err != nil {
+			if want, err = w.refRun(ctx, refDir, argv); err != nil {
 				return fmt.Errorf("ext4 container: %w", err)
 			}
 			if cold {
 				dropCaches()
 			}
-			got, err = w.exec(ctx, "src", argv)
+			got, err = w.exec(ctx, ws, argv)
 			return err
 		})
 		if err != nil {
@@ -123,10 +126,10 @@ func runWorkload(ctx context.Context, env *Env) error {
 		env.Emit(Result{Name: "workload/" + name, Value: secs(got), Unit: "s"}.withRef("ext4_container_s", secs(want)).check(b))
 		return nil
 	}
-	if err := pair("grep_first_exec", barWorkCold, true, grep); err != nil {
+	if err := pair("grep_first_exec", barWorkCold, true, "src", refSrc, grep); err != nil {
 		return err
 	}
-	if err := pair("grep_again", barWorkWarm, false, grep); err != nil {
+	if err := pair("grep_again", barWorkWarm, false, "src", refSrc, grep); err != nil {
 		return err
 	}
 	if _, err := w.cl.Write(ctx, "src", "README.bench", strings.NewReader("one change\n"), client.WriteOptions{}); err != nil {
@@ -135,11 +138,26 @@ func runWorkload(ctx context.Context, env *Env) error {
 	if err := os.WriteFile(filepath.Join(refSrc, "README.bench"), []byte("one change\n"), 0o644); err != nil {
 		return err
 	}
-	if err := pair("grep_after_change", barWorkWarm, false, grep); err != nil {
+	if err := pair("grep_after_change", barWorkWarm, false, "src", refSrc, grep); err != nil {
 		return err
 	}
 	gitArgv := []string{"sh", "-c", "cd /workspace && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm tree"}
-	if err := pair("git_add_commit", barWorkWrite, false, gitArgv); err != nil {
+	if err := pair("git_add_commit", barWorkWrite, false, "src", refSrc, gitArgv); err != nil {
+		return err
+	}
+
+	// go build and go test of a generated module of 200 packages, with a
+	// build cache that starts empty in /tmp on both sides (HOME=/tmp in a
+	// sandbox), as a fresh container meets it.
+	refMod := filepath.Join(env.Dir, "ref-mod")
+	if err := w.goModule(ctx, "mod", refMod); err != nil {
+		return err
+	}
+	goEnv := "cd /workspace && export GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local && "
+	if err := pair("go_build", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go build ./..."}); err != nil {
+		return err
+	}
+	if err := pair("go_test", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go test ./... >/dev/null"}); err != nil {
 		return err
 	}
 
@@ -312,6 +330,54 @@ func (w *workload) generated(ctx context.Context, ws string, n int) error {
 	_, err := w.cl.Ops(ctx, ws, wire.Ops{Ops: ops})
 	return err
 }
+
+// goModule writes a module of modPackages packages, each importing up to
+// three earlier ones, with a test in every tenth, to workspace ws (one
+// revision) and to the directory refDir.
+func (w *workload) goModule(ctx context.Context, ws, refDir string) error {
+	files := map[string]string{"go.mod": "module gen\n\ngo 1.22\n"}
+	for i := range modPackages {
+		var imports []int
+		for _, j := range []int{i / 3, i / 2, i - 1} {
+			if j >= 0 && j < i && (len(imports) == 0 || imports[len(imports)-1] != j) {
+				imports = append(imports, j)
+			}
+		}
+		var src, body strings.Builder
+		fmt.Fprintf(&src, "// Package p%03d is generated.\npackage p%03d\n\n", i, i)
+		body.WriteString("x")
+		for _, j := range imports {
+			fmt.Fprintf(&src, "import \"gen/p%03d\"\n", j)
+			fmt.Fprintf(&body, " + p%03d.F(x)", j)
+		}
+		fmt.Fprintf(&src, "\n// F adds its imports' F.\nfunc F(x int) int { return %s + %d }\n", body.String(), i)
+		files[fmt.Sprintf("p%03d/f.go", i)] = src.String()
+		if i%10 == 0 {
+			files[fmt.Sprintf("p%03d/f_test.go", i)] = fmt.Sprintf("package p%03d\n\nimport \"testing\"\n\nfunc TestF(t *testing.T) {\n\tif F(1) < 1 {\n\t\tt.Fatal(F(1))\n\t}\n}\n", i)
+		}
+	}
+	if _, err := w.cl.CreateWorkspace(ctx, ws); err != nil {
+		return err
+	}
+	var ops []core.Op
+	for i := range modPackages {
+		ops = append(ops, core.Op{Kind: core.OpMkdir, Path: fmt.Sprintf("p%03d", i)})
+		if err := os.MkdirAll(filepath.Join(refDir, fmt.Sprintf("p%03d", i)), 0o755); err != nil {
+			return err
+		}
+	}
+	for name, src := range files {
+		ops = append(ops, core.Op{Kind: core.OpCreate, Path: name, Data: []byte(src)})
+		if err := os.WriteFile(filepath.Join(refDir, name), []byte(src), 0o644); err != nil {
+			return err
+		}
+	}
+	_, err := w.cl.Ops(ctx, ws, wire.Ops{Ops: ops})
+	return err
+}
+
+// modPackages is the size of goModule's module.
+const modPackages = 200
 
 // dropCaches drops the page, dentry and inode caches (both sides go cold).
 func dropCaches() {

@@ -379,7 +379,6 @@ func TestExecCrashRecovery(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("exec did not start")
 	}
-	time.Sleep(3 * time.Second) // past the mount's quiet period: the write is in its draft
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	c.cmd.Wait()
 	c2 := startChild(t, dir)

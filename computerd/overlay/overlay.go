@@ -308,7 +308,7 @@ func CleanupStale(dir string) error {
 
 // Recover deals with the layers a previous process left under dir (the
 // parent of their Dirs): it unmounts their overlays (CleanupStale) and moves what each
-// upper layer holds into its exec's draft, where fusefs.Recover (or an
+// upper layer holds into its exec's draft, where RecoverDrafts (or an
 // executor's pending pushes) commits it as the exec's interrupted
 // revision. view must be open. A layer whose draft is gone was committed
 // already (only its removal was cut short) and is removed.
