@@ -88,7 +88,7 @@ type child struct {
 }
 
 var (
-	servingRE = regexp.MustCompile(`api=(http://\S+)`)
+	servingRE = regexp.MustCompile(`api=(https?://\S+)`)
 	metricsRE = regexp.MustCompile(`metrics=(http://\S+)`)
 )
 
