@@ -166,6 +166,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := &d.cfg
+	if d.tls, err = serverTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+		return err
+	}
 	// Mounts and containers need absolute paths; the directory can move
 	// under a relative one if the working directory changes.
 	abs, err := filepath.Abs(cfg.DataDir)
@@ -179,9 +182,6 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
 	d.Store.Owner = "computerd serve" // the store's lock names its holder
-	if d.tls, err = serverTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
-		return err
-	}
 	if cfg.Home != "" {
 		if d.remote, err = newExecutor(ctx, *cfg, d.Store); err != nil {
 			return err
