@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -32,17 +31,11 @@ func freeAddr(t *testing.T) string {
 // metric reads one unlabelled or fully labelled sample from a /metrics page.
 func metric(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(scrape(t, url))
 	if m == nil {
 		return 0
 	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
 }
 

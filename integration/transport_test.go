@@ -398,6 +398,7 @@ func send(t *testing.T, base, method, path, auth string) int {
 	return resp.StatusCode
 }
 
+// scrape returns a /metrics page.
 func scrape(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
