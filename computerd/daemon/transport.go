@@ -1,12 +1,16 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // serverTLS loads the API's certificate and key (PEM files); with neither
@@ -70,4 +74,24 @@ func homeURL(home string) (*url.URL, error) {
 		return nil, fmt.Errorf("--home %q: want a URL such as https://home:7777", home)
 	}
 	return u, nil
+}
+
+// serverErrorLog is an HTTP server's log of its own errors: warnings,
+// except a failed TLS handshake, which anyone who can connect can cause
+// at will (a port scan, a client without the CA): that is at debug level,
+// so that it cannot fill the log.
+func serverErrorLog(l *slog.Logger) *log.Logger {
+	return log.New(errorLogWriter{l}, "", 0)
+}
+
+type errorLogWriter struct{ log *slog.Logger }
+
+func (w errorLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
