@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -33,8 +34,12 @@ func runAPI(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer d.Close()
+	tokenFile := filepath.Join(env.Dir, "api-token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		return err
+	}
 	agentctl := func(ctx context.Context, out io.Writer, args ...string) error {
-		full := append([]string{"agentctl", "--server", d.URL(), "--token", token}, args...)
+		full := append([]string{"agentctl", "--server", d.URL(), "--token-file", tokenFile}, args...)
 		var errb strings.Builder
 		if err := agentcmd.Run(ctx, full, agentcmd.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errb}); err != nil {
 			return fmt.Errorf("agentctl %s: %v: %s", strings.Join(args, " "), err, errb.String())

@@ -56,9 +56,9 @@ func TestAgentCrashResume(t *testing.T) {
 	e.ok("ws", "create", "calm")
 
 	agentctl := func(args ...string) *exec.Cmd {
-		full := append([]string{"--server", e.d.URL(), "--token", e.token}, args...)
+		full := append([]string{"--server", e.d.URL()}, args...)
 		cmd := exec.Command(os.Args[0], full...)
-		cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "OPENAI_API_KEY="+agentSecret)
+		cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "OPENAI_API_KEY="+agentSecret, "COMPUTER_TOKEN="+e.token)
 		return cmd
 	}
 	runFlags := []string{"--base-url", srv.OpenAIURL(), "--max-steps", "100"}
@@ -190,8 +190,8 @@ func TestAgentDetachAttach(t *testing.T) {
 	).ByTurn()
 	detach := func(task string) string {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], "--server", e.d.URL(), "--token", e.token, "agent", "run", "--detach", "--json", "--base-url", srv.OpenAIURL(), "w", task)
-		cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "OPENAI_API_KEY="+agentSecret, "XDG_STATE_HOME="+t.TempDir())
+		cmd := exec.Command(os.Args[0], "--server", e.d.URL(), "agent", "run", "--detach", "--json", "--base-url", srv.OpenAIURL(), "w", task)
+		cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "OPENAI_API_KEY="+agentSecret, "XDG_STATE_HOME="+t.TempDir(), "COMPUTER_TOKEN="+e.token)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("agent run --detach: %v\n%s", err, out)

@@ -88,7 +88,7 @@ type child struct {
 }
 
 var (
-	servingRE = regexp.MustCompile(`api=(http://\S+)`)
+	servingRE = regexp.MustCompile(`api=(https?://\S+)`)
 	metricsRE = regexp.MustCompile(`metrics=(http://\S+)`)
 )
 
@@ -96,11 +96,26 @@ var (
 // which override the defaults) and waits until it serves.
 func startChild(t *testing.T, dir string, extra ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startChildEnv(t, dir, nil, extra...)
+}
+
+// startChildEnv is startChild with env added to the process's environment.
+func startChildEnv(t *testing.T, dir string, env []string, extra ...string) *child {
+	t.Helper()
 	if sandboxHelper != "" {
 		extra = append([]string{"--sandbox-helper", sandboxHelper}, extra...)
 	}
-	cmd.Env = append(os.Environ(), "COMPUTERD_TEST_SERVE="+dir, "COMPUTERD_TEST_ARGS="+strings.Join(extra, "\x1f"))
+	env = append(env, "COMPUTERD_TEST_SERVE="+dir, "COMPUTERD_TEST_ARGS="+strings.Join(extra, "\x1f"))
+	return startProcess(t, dir, env)
+}
+
+// startProcess starts this test binary with env added to its environment
+// (COMPUTERD_TEST_SERVE or COMPUTERD_TEST_RUN making it a computerd serving
+// dir) and waits until it serves; the test's cleanup ends it.
+func startProcess(t *testing.T, dir string, env []string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -214,7 +214,7 @@ func TestErrorJSONOutput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			full := append([]string{"agentctl", "--server", e.d.URL(), "--token", e.token}, tc.args...)
+			full := append([]string{"agentctl", "--server", e.d.URL(), "--token-file", tokenFile(t, e.token)}, tc.args...)
 			status := agentcmd.Main(context.Background(), full, agentcmd.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
 			if status != 1 {
 				t.Errorf("status %d, want 1", status)
@@ -239,7 +239,7 @@ func TestErrorJSONOutput(t *testing.T) {
 		})
 	}
 	var out, errb bytes.Buffer
-	full := []string{"agentctl", "--server", e.d.URL(), "--token", e.token, "rm", "w", "d"}
+	full := []string{"agentctl", "--server", e.d.URL(), "--token-file", tokenFile(t, e.token), "rm", "w", "d"}
 	if status := agentcmd.Main(context.Background(), full, agentcmd.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}); status != 1 {
 		t.Errorf("status %d, want 1", status)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -32,17 +31,11 @@ func freeAddr(t *testing.T) string {
 // metric reads one unlabelled or fully labelled sample from a /metrics page.
 func metric(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(scrape(t, url))
 	if m == nil {
 		return 0
 	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
 }
 
@@ -52,7 +45,7 @@ func homeAndExecutor(t *testing.T, homeAddr string) (home, ex *child, homeDir, t
 	homeDir = t.TempDir()
 	token = tokenFor(t, homeDir, "alice")
 	home = startChild(t, homeDir, "--listen", homeAddr)
-	ex = startChild(t, t.TempDir(), "--home", home.url, "--token", token, "--metrics-listen", "127.0.0.1:0")
+	ex = startChild(t, t.TempDir(), "--home", home.url, "--token-file", tokenFile(t, token), "--metrics-listen", "127.0.0.1:0")
 	return home, ex, homeDir, token
 }
 
@@ -210,7 +203,7 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 	ctx := context.Background()
 	home, _, _, token := homeAndExecutor(t, "127.0.0.1:0")
 	exDir := t.TempDir()
-	ex := startChild(t, exDir, "--home", home.url, "--token", token)
+	ex := startChild(t, exDir, "--home", home.url, "--token-file", tokenFile(t, token))
 	hc, xc := client.New(home.url, token), client.New(ex.url, token)
 	if _, err := hc.CreateWorkspace(ctx, "w"); err != nil {
 		t.Fatal(err)
@@ -230,7 +223,7 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 	if mustHead(t, hc, "w") != head {
 		t.Fatal("the home changed when the executor died")
 	}
-	ex2 := startChild(t, exDir, "--home", home.url, "--token", token)
+	ex2 := startChild(t, exDir, "--home", home.url, "--token-file", tokenFile(t, token))
 	list, err := client.New(ex2.url, token).Execs(ctx, "w", 0)
 	if err != nil || len(list) != 1 || list[0].State != core.ExecInterrupted {
 		t.Fatalf("exec after the executor's restart: %+v %v", list, err)
@@ -405,7 +398,7 @@ func startBehindCutProxy(t *testing.T) (home, executor *client.Client, proxy *cu
 	token := tokenFor(t, homeDir, "alice")
 	h := startChild(t, homeDir)
 	proxy = newCutProxy(t, strings.TrimPrefix(h.url, "http://"))
-	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token", token)
+	ex := startChild(t, t.TempDir(), "--home", "http://"+proxy.ln.Addr().String(), "--token-file", tokenFile(t, token))
 	home, executor = client.New(h.url, token), client.New(ex.url, token)
 	if _, err := home.CreateWorkspace(context.Background(), "w"); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,9 +66,24 @@ func (e *env) runAs(token string, stdin io.Reader, args ...string) (string, stri
 		stdin = strings.NewReader("")
 	}
 	var out, errb bytes.Buffer
-	full := append([]string{"agentctl", "--server", e.d.URL(), "--token", token}, args...)
+	full := []string{"agentctl", "--server", e.d.URL()}
+	if token != "" {
+		full = append(full, "--token-file", tokenFile(e.t, token))
+	}
+	full = append(full, args...)
 	err := agentcmd.Run(context.Background(), full, agentcmd.IO{Stdin: stdin, Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), err
+}
+
+// tokenFile writes token to a file of its own (mode 0600), as a user
+// hands it to agentctl or an executor, and returns the file's path.
+func tokenFile(t testing.TB, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // ok runs agentctl and fails the test unless it succeeds; it returns stdout.

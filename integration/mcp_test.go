@@ -65,8 +65,8 @@ func mcpClient(t *testing.T, tr mcp.Transport) (*mcp.ClientSession, *progressLog
 
 // stdioTransport runs `agentctl mcp ws` (this test binary playing agentctl).
 func (e *env) stdioTransport(token, ws string) mcp.Transport {
-	cmd := exec.Command(os.Args[0], "--server", e.d.URL(), "--token", token, "mcp", ws)
-	cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1")
+	cmd := exec.Command(os.Args[0], "--server", e.d.URL(), "mcp", ws)
+	cmd.Env = append(os.Environ(), "AGENTCTL_TEST=1", "COMPUTER_TOKEN="+token)
 	cmd.Stderr = os.Stderr
 	return &mcp.CommandTransport{Command: cmd}
 }

@@ -11,8 +11,9 @@ import (
 	daemoncmd "computerd/computerd/command"
 )
 
-// TestServeRefusesBadFlags: computerd serve refuses bad sandbox flags
-// with a clear message, before it touches its data directory.
+// TestServeRefusesBadFlags: computerd serve refuses bad sandbox, exec,
+// credential and TLS flags with a clear message, before it touches its
+// data directory.
 func TestServeRefusesBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		flags []string
@@ -27,6 +28,10 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--exec-max-total", "0"}, "--exec-max-total: want more than 0"},
 		{[]string{"--exec-max-cpus", "-1"}, "--exec-max-cpus: want more than 0"},
 		{[]string{"--exec-max-timeout", "0s"}, "--exec-max-timeout: want more than 0"},
+		{[]string{"--home", "http://127.0.0.1:1", "--token", "cdt_on_the_command_line"}, "--token is not taken"},
+		{[]string{"--home", "http://127.0.0.1:1", "--token-file", "/nonexistent/token"}, "token file: open /nonexistent/token"},
+		{[]string{"--tls-cert", "/nonexistent/cert.pem"}, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, "TLS certificate: open /nonexistent/cert.pem"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		args := append([]string{"computerd", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", ""}, tc.flags...)

@@ -1,6 +1,7 @@
 // Package wire defines computerd's HTTP API (v1) as both ends speak it:
-// the JSON bodies, the error codes and their table (errors.go), and the
-// one request path every Go client takes (caller.go). The server
+// the JSON bodies, the error codes and their table (errors.go), the one
+// request path every Go client takes (caller.go), and where a client
+// finds its token and which certificates it trusts (credentials.go). The server
 // (computerd/api) and the clients (client, syncproto) share it, so
 // a kind of failure means the same on both sides of the connection.
 package wire

@@ -214,14 +214,19 @@ func drive(c *cli.Context, d *agent.Driver, pr *eventPrinter, id string) error {
 }
 
 // detach starts `agentctl agent resume RUN` in a session of its own, its
-// output in a log file, and prints the run's id. The model key reaches the
-// child through the environment it inherits, never its arguments.
+// output in a log file, and prints the run's id. The model key and the
+// bearer token reach the child through its environment, never its
+// arguments.
 func detach(c *cli.Context, run core.Run) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	args := []string{"--server", c.String("server"), "agent", "resume", "--quiet", "--provider", c.String("provider"), "--model", run.Model}
+	args := []string{"--server", c.String("server")}
+	if ca := c.String("ca"); ca != "" {
+		args = append(args, "--ca", ca)
+	}
+	args = append(args, "agent", "resume", "--quiet", "--provider", c.String("provider"), "--model", run.Model)
 	for _, f := range []string{"base-url", "prices"} {
 		if v := c.String(f); v != "" {
 			args = append(args, "--"+f, v)
@@ -241,7 +246,7 @@ func detach(c *cli.Context, run core.Run) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), "COMPUTER_TOKEN="+c.String("token"))
+	cmd.Env = append(os.Environ(), wire.TokenEnv+"="+clientOf(c).Token)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -63,7 +63,7 @@ func flagsFirst(cmds []*cli.Command, args []string) []string {
 }
 
 // globalValueFlags are agentctl's global flags that take a value.
-var globalValueFlags = map[string]bool{"server": true, "token": true}
+var globalValueFlags = map[string]bool{"server": true, "token-file": true, "ca": true, "token": true}
 
 func takesValue(arg string, names map[string]bool) bool {
 	name := strings.TrimLeft(arg, "-")

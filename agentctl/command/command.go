@@ -64,8 +64,12 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	return ExitStatus(err)
 }
 
-// runState is what a run learns while it parses: whether --json was given.
-type runState struct{ json bool }
+// runState is what a run learns while it parses: whether --json was
+// given, and the API client the global flags make.
+type runState struct {
+	json   bool
+	client *client.Client
+}
 
 type runStateKey struct{}
 
@@ -81,8 +85,14 @@ func run(ctx context.Context, args []string, stdio IO) (asJSON bool, err error) 
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Usage: "computerd URL", Value: DefaultServer, EnvVars: []string{"COMPUTER_URL"}},
-			&cli.StringFlag{Name: "token", Usage: "bearer token", EnvVars: []string{"COMPUTER_TOKEN"}},
+			&cli.StringFlag{Name: "token-file", Usage: "a file holding the bearer token (default: $" + wire.TokenEnv + ")", EnvVars: []string{"COMPUTER_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "ca", Usage: "the certificate authorities to trust for an https server (PEM; default: the system's)", EnvVars: []string{"COMPUTER_CA"}},
+			&cli.StringFlag{Name: "token", Hidden: true}, // refused: see wire.ErrTokenOnCommandLine
 			jsonFlag,
+		},
+		Before: func(c *cli.Context) (err error) {
+			st.client, err = newClient(c)
+			return err
 		},
 		Commands:       cmds,
 		ExitErrHandler: func(*cli.Context, error) {}, // errors go back to the caller
@@ -237,9 +247,29 @@ func fileCommands() []*cli.Command {
 	}
 }
 
-// clientOf builds the API client from the global flags.
+// newClient makes the API client of the global flags: the token from
+// --token-file or COMPUTER_TOKEN (never from the command line), the
+// server's certificate checked against --ca or the system's roots.
+func newClient(c *cli.Context) (*client.Client, error) {
+	if c.IsSet("token") {
+		return nil, &usageError{wire.ErrTokenOnCommandLine.Error()}
+	}
+	token, err := wire.ReadToken(c.String("token-file"))
+	if err != nil {
+		return nil, err
+	}
+	tr, err := wire.NewTransport(c.String("ca"))
+	if err != nil {
+		return nil, err
+	}
+	cl := client.New(c.String("server"), token)
+	cl.HTTP.Transport = tr
+	return cl, nil
+}
+
+// clientOf is the API client the global flags made.
 func clientOf(c *cli.Context) *client.Client {
-	return client.New(c.String("server"), c.String("token"))
+	return c.Context.Value(runStateKey{}).(*runState).client
 }
 
 // output prints v as JSON with --json, else the human form.

@@ -184,7 +184,8 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: rw}
 		tenant, err := s.authenticate(r)
-		if err == nil {
+		authenticated := err == nil
+		if authenticated {
 			r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
 			err = h(w, r)
 		}
@@ -204,11 +205,36 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 				s.Log.Debug("request body cut", "route", route, "err", err)
 			}
 		}
-		if s.Metrics != nil {
-			s.Metrics.Requests.WithLabelValues(route, r.Method, strconv.Itoa(w.code)).Inc()
-			s.Metrics.Latency.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
-		}
+		s.observe(route, r.Method, w.code, authenticated, start)
 	})
+}
+
+// observe counts a request by its route pattern, method and code. A
+// request without a valid token counts only in the one unlabelled
+// counter: what no tenant stands behind must not add series (every label
+// value is one, kept until the process ends). For the same reason a
+// method outside HTTP's own set counts as "other".
+func (s *Server) observe(route, method string, code int, authenticated bool, start time.Time) {
+	if s.Metrics == nil {
+		return
+	}
+	if !authenticated {
+		s.Metrics.Unauthenticated.Inc()
+		return
+	}
+	method = methodLabel(method)
+	s.Metrics.Requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	s.Metrics.Latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+}
+
+// methodLabel is method as a metric label: one of HTTP's methods, or "other".
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
 }
 
 // authenticate checks the bearer token and returns its tenant.
@@ -216,7 +242,7 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	secret, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || secret == "" {
-		return "", failure(core.ErrBadToken, "missing bearer token (set COMPUTER_TOKEN; create one with `computerd token create TENANT`)")
+		return "", failure(core.ErrBadToken, "missing bearer token (set COMPUTER_TOKEN or agentctl --token-file; create one with `computerd token create TENANT`)")
 	}
 	check := s.Store.TokenTenant
 	if s.Authenticate != nil {

@@ -18,6 +18,7 @@ import (
 	"computerd/computerd/daemon"
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // serveCommand runs the daemon until SIGINT or SIGTERM.
@@ -42,8 +43,12 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "gc-interval", Usage: "how often to prune by --retention and reclaim the space of unreferenced chunks (0: never)", Value: daemon.DefaultGCInterval},
 			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log warnings and errors only"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "serve the API over HTTPS with this certificate (PEM; with --tls-key)", EnvVars: []string{"COMPUTERD_TLS_CERT"}},
+			&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert (PEM)", EnvVars: []string{"COMPUTERD_TLS_KEY"}},
 			&cli.StringFlag{Name: "home", Usage: "run as an executor of the home computerd at this URL", EnvVars: []string{"COMPUTERD_HOME"}},
-			&cli.StringFlag{Name: "token", Usage: "with --home: a token of the tenant this executor serves", EnvVars: []string{"COMPUTERD_HOME_TOKEN"}},
+			&cli.StringFlag{Name: "token-file", Usage: "with --home: a file holding a token of the tenant this executor serves (default: $" + wire.TokenEnv + ")"},
+			&cli.StringFlag{Name: "home-ca", Usage: "with an https --home: the certificate authorities to trust for it (PEM; default: the system's)", EnvVars: []string{"COMPUTERD_HOME_CA"}},
+			tokenValueFlag,
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "timeout of an exec that names none", Value: daemon.DefaultExecTimeout},
 			&cli.DurationFlag{Name: "exec-max-timeout", Usage: "ceiling of the timeout an exec may ask for (above it: refused)", Value: daemon.DefaultExecMaxTimeout},
@@ -61,6 +66,9 @@ func serveCommand() *cli.Command {
 }
 
 func serve(c *cli.Context) error {
+	if c.IsSet("token") {
+		return wire.ErrTokenOnCommandLine
+	}
 	daemon.TuneRuntime()
 	level := slog.LevelInfo
 	if c.Bool("quiet") {
@@ -100,6 +108,14 @@ func serve(c *cli.Context) error {
 	if r := c.Int64("http-body-min-rate"); r <= 0 {
 		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
 	}
+	var homeToken string
+	if c.String("home") != "" {
+		if homeToken, err = wire.ReadToken(c.String("token-file")); err != nil {
+			return err
+		}
+	}
+	// Nothing computerd starts needs the token: it stays in this process.
+	os.Unsetenv(wire.TokenEnv)
 	d, err := daemon.Start(c.Context, daemon.Config{
 		DataDir:          c.String("data"),
 		Listen:           c.String("listen"),
@@ -107,7 +123,10 @@ func serve(c *cli.Context) error {
 		Log:              log,
 		SyncFull:         c.Bool("sync-full"),
 		Home:             c.String("home"),
-		HomeToken:        c.String("token"),
+		HomeToken:        homeToken,
+		HomeCA:           c.String("home-ca"),
+		TLSCert:          c.String("tls-cert"),
+		TLSKey:           c.String("tls-key"),
 		NoExec:           c.Bool("no-exec"),
 		ExecTimeout:      c.Duration("exec-timeout"),
 		ExecMaxTimeout:   c.Duration("exec-max-timeout"),
@@ -205,6 +224,10 @@ func tokenCommand() *cli.Command {
 		},
 	}
 }
+
+// tokenValueFlag is the --token that no command takes any more (see
+// wire.ErrTokenOnCommandLine): given, it is refused with the way to go.
+var tokenValueFlag = &cli.StringFlag{Name: "token", Hidden: true}
 
 // defaultShutdownGrace is --shutdown-grace's default.
 const defaultShutdownGrace = 30 * time.Second

@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,6 +77,12 @@ type Config struct {
 	// Home, if set, makes this daemon an executor of the home computerd at
 	// that URL, acting for the tenant of HomeToken (see docs/SYNC.md).
 	Home, HomeToken string
+	// HomeCA is a PEM file of the certificate authorities an executor
+	// trusts for an https Home ("": the system's roots).
+	HomeCA string
+	// TLSCert and TLSKey, PEM files, make the API serve HTTPS (both or
+	// neither; the metrics listener stays plain HTTP).
+	TLSCert, TLSKey string
 }
 
 // Defaults of Config (and of computerd serve's flags, which name these).
@@ -115,6 +122,7 @@ type Daemon struct {
 	sandbox  *sandbox.Manager
 	api      *http.Server
 	apiLn    net.Listener
+	tls      *tls.Config // nil: the API speaks plain HTTP
 	metrics  *http.Server
 	metricLn net.Listener
 	served   chan error
@@ -158,6 +166,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := &d.cfg
+	if d.tls, err = serverTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+		return err
+	}
 	// Mounts and containers need absolute paths; the directory can move
 	// under a relative one if the working directory changes.
 	abs, err := filepath.Abs(cfg.DataDir)
@@ -210,6 +221,10 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if d.apiLn, err = listen(cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if d.tls != nil {
+		d.api.Protocols = http1Only()
+		d.apiLn = tls.NewListener(d.apiLn, d.tls) // closing it closes the once-closing listener under it
+	}
 	if cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", d.Metrics.Handler())
@@ -221,6 +236,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	d.group.Go(func() error { return d.serve(d.api, d.apiLn) })
 	cfg.Log.Info("serving", "api", d.URL(), "metrics", d.MetricsURL(), "data", cfg.DataDir)
+	d.warnExposed()
 	return nil
 }
 
@@ -302,8 +318,13 @@ func (l *onceCloseListener) Close() error {
 	return l.err
 }
 
-// URL is the API's base URL.
-func (d *Daemon) URL() string { return "http://" + d.apiLn.Addr().String() }
+// URL is the API's base URL (https when it serves TLS).
+func (d *Daemon) URL() string {
+	if d.tls != nil {
+		return "https://" + d.apiLn.Addr().String()
+	}
+	return "http://" + d.apiLn.Addr().String()
+}
 
 // MetricsURL is the metrics endpoint's URL ("" when disabled).
 func (d *Daemon) MetricsURL() string {

@@ -67,7 +67,7 @@ func newHTTPServer(h http.Handler, t HTTPTimeouts, log *slog.Logger) *http.Serve
 		Handler:           t.bound(h),
 		ReadHeaderTimeout: t.ReadHeader,
 		IdleTimeout:       t.Idle,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          serverErrorLog(log),
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if st == http.StateActive {
 				// What the server writes before a handler runs (an

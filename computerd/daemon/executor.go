@@ -15,6 +15,7 @@ import (
 	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
+	"computerd/wire"
 )
 
 // executor is what a daemon started with --home needs: the home's
@@ -42,14 +43,17 @@ type knownToken struct {
 // newExecutor checks the home and sets the store's chunk size to the home's
 // (chunk hashes must agree); the store is not open yet.
 func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor, error) {
-	u, err := url.Parse(cfg.Home)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return nil, fmt.Errorf("--home %q: want a URL such as http://home:7777", cfg.Home)
+	u, err := homeURL(cfg.Home)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.HomeToken == "" {
-		return nil, errors.New("--home needs --token (a token of the tenant this executor serves)")
+		return nil, errors.New("--home needs a token of the tenant this executor serves: in a file named by --token-file, or in " + wire.TokenEnv)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr, err := wire.NewTransport(cfg.HomeCA)
+	if err != nil {
+		return nil, fmt.Errorf("--home-ca: %w", err)
+	}
 	x := &executor{home: u, store: st, known: map[[32]byte]knownToken{}, transport: tr,
 		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: tr}}}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)

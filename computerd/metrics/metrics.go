@@ -19,8 +19,11 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	// Requests counts API calls by route pattern, method and status code.
-	Requests *prometheus.CounterVec
+	// Requests counts authenticated API calls by route pattern, method
+	// and status code; Unauthenticated the calls refused for a missing or
+	// wrong token, without labels (see api.Server).
+	Requests        *prometheus.CounterVec
+	Unauthenticated prometheus.Counter
 	// Latency observes API call durations by route pattern and method.
 	Latency *prometheus.HistogramVec
 	// Revisions counts committed revisions by source (api, exec, mount, ...).
@@ -67,11 +70,15 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "computerd_http_requests_total",
-			Help: "API requests by route, method and status code.",
+			Help: "Authenticated API requests by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
+		Unauthenticated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "computerd_http_unauthenticated_total",
+			Help: "API requests refused for a missing, unknown or revoked token (by no route or method: they add no series).",
+		}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "computerd_http_request_duration_seconds",
-			Help:    "API request latency by route and method (until the body is written).",
+			Help:    "Authenticated API request latency by route pattern and method (until the body is written).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 		}, []string{"route", "method"}),
 		Revisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -137,7 +144,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
 	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecsRefused, m.ExecsTruncated)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
-	m.Registry.MustRegister(m.Requests, m.Latency, m.Revisions,
+	m.Registry.MustRegister(m.Requests, m.Unauthenticated, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
