@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -163,21 +164,28 @@ func tokenCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
-				Flags: []cli.Flag{dataFlag, jsonFlag},
+				Flags: []cli.Flag{dataFlag, jsonFlag,
+					&cli.StringSliceFlag{Name: "scope", Usage: "grant more than the tenant's workspaces (repeatable or comma-separated): " +
+						strings.Join(fsstore.Scopes, ", ") + " (" + fsstore.ScopeMount + ": host mounts under serve's --mount-root)"},
+				},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					if c.NArg() != 1 {
-						return fmt.Errorf("usage: computerd token create TENANT")
+						return fmt.Errorf("usage: computerd token create [--scope S] TENANT")
 					}
-					secret, tok, err := s.CreateToken(c.Context, c.Args().First())
+					var scopes []string
+					for _, sc := range c.StringSlice("scope") {
+						scopes = append(scopes, strings.Split(sc, ",")...)
+					}
+					secret, tok, err := s.CreateToken(c.Context, c.Args().First(), scopes...)
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "created": tok.Created},
+					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "scopes": tok.Scopes, "created": tok.Created},
 						func(w io.Writer) { fmt.Fprintln(w, secret) })
 				}),
 			},
 			{
-				Name: "ls", Usage: "list tokens (ids and tenants; secrets are not stored)",
+				Name: "ls", Usage: "list tokens (ids, tenants, scopes; secrets are not stored)",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					toks, err := s.Tokens(c.Context)
@@ -190,7 +198,11 @@ func tokenCommand() *cli.Command {
 							if t.Revoked {
 								state = "revoked"
 							}
-							fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Created.Format(time.RFC3339), state)
+							scopes := strings.Join(t.Scopes, ",")
+							if scopes == "" {
+								scopes = "-"
+							}
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Tenant, scopes, t.Created.Format(time.RFC3339), state)
 						}
 					})
 				}),
