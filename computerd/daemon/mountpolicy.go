@@ -163,10 +163,11 @@ func (p *mountPolicy) open(dir string) (*fusefs.MountPoint, error) {
 }
 
 // openBeneath opens the directory rel beneath dirFD without following a
-// symlink or leaving dirFD.
+// symlink or leaving dirFD. (Not O_NOFOLLOW: with it a symlink as the last
+// component would fail as "not a directory" instead of ELOOP.)
 func openBeneath(dirFD int, rel string, mode int) (*os.File, error) {
 	fd, err := unix.Openat2(dirFD, rel, &unix.OpenHow{
-		Flags:   uint64(mode | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Flags:   uint64(mode | unix.O_DIRECTORY | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
