@@ -39,6 +39,9 @@ var (
 	ErrLocked = errors.New("data directory in use")
 	// ErrBadToken: a bearer token is unknown or revoked.
 	ErrBadToken = errors.New("invalid or revoked token")
+	// ErrForbidden: the caller's token is good but may not do this (it
+	// lacks the scope, or the operator's configuration does not allow it).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // PathError records the operation and path that failed.

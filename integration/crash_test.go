@@ -253,11 +253,16 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
-// tokenFor creates a token in dir through `computerd token create`.
-func tokenFor(t *testing.T, dir, tenant string) string {
+// tokenFor creates a token in dir through `computerd token create`, with
+// scopes.
+func tokenFor(t *testing.T, dir, tenant string, scopes ...string) string {
 	t.Helper()
 	var out strings.Builder
-	if err := daemoncmd.Run(context.Background(), []string{"computerd", "token", "create", "--data", dir, tenant}, &out, io.Discard); err != nil {
+	args := []string{"computerd", "token", "create", "--data", dir}
+	for _, sc := range scopes {
+		args = append(args, "--scope", sc)
+	}
+	if err := daemoncmd.Run(context.Background(), append(args, tenant), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(out.String())

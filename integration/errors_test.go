@@ -109,6 +109,10 @@ func TestErrorKinds(t *testing.T) {
 			_, err := client.New(e.d.URL(), "cdt_bad").Workspaces(ctx)
 			return err
 		}, "unauthorized", http.StatusUnauthorized, core.ErrBadToken},
+		{"forbidden", func() error {
+			_, err := cl.Mount(ctx, "w", e.t.TempDir())
+			return err
+		}, "forbidden", http.StatusForbidden, core.ErrForbidden},
 		{"limit_exceeded", func() error {
 			if _, err := cl.CreateWorkspace(ctx, "second"); err != nil {
 				return err
@@ -154,7 +158,7 @@ func TestErrorKinds(t *testing.T) {
 	t.Run("every kind is covered", func(t *testing.T) {
 		covered := []string{"not_found", "exists", "not_dir", "is_dir", "not_empty", "invalid_path", "invalid", "conflict",
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
-			"limit_exceeded", "unavailable", "internal",
+			"forbidden", "limit_exceeded", "unavailable", "internal",
 			"timeout",
 			"busy"} // busy: TestExecBusy (exec_limits_test.go)
 		for _, k := range wire.Kinds() {

@@ -50,10 +50,19 @@ func startWith(t *testing.T, cfg daemon.Config) *env {
 	return e
 }
 
-// newToken creates a token for tenant through `computerd token create`.
-func (e *env) newToken(tenant string) string {
+// startMounts is start for host mounts: the temporary directory is a
+// mount root and alice's token has the mount scope.
+func startMounts(t *testing.T) *env {
+	t.Helper()
+	e := startWith(t, daemon.Config{MountRoots: []string{os.TempDir()}})
+	e.token = e.newToken("alice", fsstore.ScopeMount)
+	return e
+}
+
+// newToken creates a token for tenant through `computerd token create`, with scopes.
+func (e *env) newToken(tenant string, scopes ...string) string {
 	e.t.Helper()
-	return tokenFor(e.t, e.dir, tenant)
+	return tokenFor(e.t, e.dir, tenant, scopes...)
 }
 
 // run runs agentctl with args as the default tenant, stdin optional.

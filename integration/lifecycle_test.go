@@ -14,6 +14,7 @@ import (
 
 	"computerd/computerd/daemon"
 	"computerd/computerd/sandbox"
+	"computerd/fsstore"
 )
 
 // TestStartFailsCleanly: a start that fails halfway, once the store is
@@ -68,12 +69,12 @@ func TestCloseLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	before := MustHostState(t)
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
-		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm})
+		SandboxHelper: sandboxHelper, SandboxWarm: daemon.DefaultSandboxWarm, MountRoots: []string{os.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, d: d, dir: dir}
-	e.token = e.newToken("alice")
+	e.token = e.newToken("alice", fsstore.ScopeMount)
 	e.ok("ws", "create", "w")
 	e.write("w", "a.txt", "hello")
 	mnt := t.TempDir()

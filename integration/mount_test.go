@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"computerd/client"
-	"computerd/computerd/api"
 	"computerd/core"
+	"computerd/fsstore"
 )
 
 // sh runs a shell command in another process (the test process serves the
@@ -39,7 +39,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestHostMount(t *testing.T) {
 	needExec(t)
-	e := start(t, api.Limits{})
+	e := startMounts(t)
 	e.ok("ws", "create", "w")
 	e.write("w", "a.txt", "one\n")
 	dir := filepath.Join(t.TempDir(), "mnt")
@@ -81,7 +81,7 @@ func TestHostMount(t *testing.T) {
 	full := t.TempDir()
 	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
 	e.fails("w", "not empty", "mount", "w", full)
-	bob := e.newToken("bob")
+	bob := e.newToken("bob", fsstore.ScopeMount)
 	e.failsAs(bob, "w", "not a mount of yours", nil, "umount", dir)
 	// Unmount commits what is pending.
 	sh(t, "echo three > "+dir+"/c.txt")
@@ -97,7 +97,7 @@ func TestHostMount(t *testing.T) {
 // Two mounts of one workspace: what one commits shows in the other.
 func TestTwoMounts(t *testing.T) {
 	needExec(t)
-	e := start(t, api.Limits{})
+	e := startMounts(t)
 	e.ok("ws", "create", "w")
 	e.write("w", "a.txt", "one\n")
 	one, two := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
@@ -132,8 +132,8 @@ func TestStaleMountCleanup(t *testing.T) {
 	dir := t.TempDir()
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	os.MkdirAll(mnt, 0o755)
-	token := tokenFor(t, dir, "alice")
-	c := startChild(t, dir)
+	token := tokenFor(t, dir, "alice", fsstore.ScopeMount)
+	c := startChild(t, dir, "--mount-root", os.TempDir())
 	cl := client.New(c.url, token)
 	if _, err := cl.CreateWorkspace(context.Background(), "w"); err != nil {
 		t.Fatal(err)

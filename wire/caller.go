@@ -98,8 +98,10 @@ func codeOfStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return CodeInvalid
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusUnauthorized:
 		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodeForbidden
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:

@@ -44,6 +44,7 @@ const (
 	CodeWorkspaceExists   = "workspace_exists"
 	CodeMissingChunk      = "missing_chunk"
 	CodeUnauthorized      = "unauthorized"
+	CodeForbidden         = "forbidden"
 	CodeLimit             = "limit_exceeded"
 	CodeBusy              = "busy"
 	CodeTimeout           = "timeout"
@@ -75,6 +76,7 @@ var kinds = []Kind{
 	{CodeInvalidPath, http.StatusBadRequest, core.ErrInvalidPath},
 	{CodeInvalid, http.StatusBadRequest, core.ErrInvalidArgument},
 	{CodeUnauthorized, http.StatusUnauthorized, core.ErrBadToken},
+	{CodeForbidden, http.StatusForbidden, core.ErrForbidden},
 	{CodeLimit, http.StatusForbidden, ErrLimit},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, ErrTooLarge},
 	{CodeBusy, http.StatusTooManyRequests, ErrBusy},

@@ -17,27 +17,41 @@ func mountCommands() []*cli.Command {
 	}
 }
 
-// absDir makes dir absolute, creating it if it is missing.
-func absDir(dir string, create bool) (string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
+// mkdirs creates dir and its missing parents, and returns a function that
+// removes what it created (while still empty).
+func mkdirs(dir string) (undo func(), err error) {
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		created = append(created, d)
 	}
-	if create {
-		if err := os.MkdirAll(abs, 0o755); err != nil {
-			return "", err
+	undo = func() {
+		for _, d := range created {
+			os.Remove(d)
 		}
 	}
-	return abs, nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		undo()
+		return nil, err
+	}
+	return undo, nil
 }
 
 func mountCmd(c *cli.Context) error {
-	dir, err := absDir(c.Args().Get(1), true)
+	dir, err := filepath.Abs(c.Args().Get(1))
+	if err != nil {
+		return err
+	}
+	// A mount computerd refuses leaves no directory behind either.
+	undo, err := mkdirs(dir)
 	if err != nil {
 		return err
 	}
 	info, err := clientOf(c).Mount(c.Context, c.Args().Get(0), dir)
 	if err != nil {
+		undo()
 		return err
 	}
 	return output(c, info, func(w io.Writer) {
@@ -46,7 +60,7 @@ func mountCmd(c *cli.Context) error {
 }
 
 func umountCmd(c *cli.Context) error {
-	dir, err := absDir(c.Args().First(), false)
+	dir, err := filepath.Abs(c.Args().First())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -35,6 +36,9 @@ func (s *Server) mount(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := needScope(r, fsstore.ScopeMount, "a host mount"); err != nil {
+		return err
+	}
 	var req wire.Mount
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
@@ -61,6 +65,9 @@ func (s *Server) listMounts(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) unmount(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.mounter()
 	if err != nil {
+		return err
+	}
+	if err := needScope(r, fsstore.ScopeMount, "a host unmount"); err != nil {
 		return err
 	}
 	var req wire.Mount

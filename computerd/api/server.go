@@ -78,7 +78,8 @@ type Server struct {
 	// Home, if set, makes this an executor's API: exec calls are served
 	// here, everything else is passed to the home through this handler.
 	Home http.Handler
-	// Authenticate, if set, replaces the store's token check.
+	// Authenticate, if set, replaces the store's token check; the tokens
+	// it accepts have no scopes.
 	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
 	mux           *http.ServeMux
@@ -96,10 +97,21 @@ type route struct {
 	h       func(http.ResponseWriter, *http.Request) error
 }
 
-type tenantKey struct{}
+type tokenKey struct{}
+
+// tokenOf returns the token authenticated for this request.
+func tokenOf(ctx context.Context) fsstore.Token { return ctx.Value(tokenKey{}).(fsstore.Token) }
 
 // tenantOf returns the tenant authenticated for this request.
-func tenantOf(ctx context.Context) string { return ctx.Value(tenantKey{}).(string) }
+func tenantOf(ctx context.Context) string { return tokenOf(ctx).Tenant }
+
+// needScope refuses the request unless its token has scope.
+func needScope(r *http.Request, scope, what string) error {
+	if !tokenOf(r.Context()).HasScope(scope) {
+		return failure(core.ErrForbidden, "%s needs a token with the %s scope (computerd token create --scope %s TENANT)", what, scope, scope)
+	}
+	return nil
+}
 
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler {
@@ -183,10 +195,10 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: rw}
-		tenant, err := s.authenticate(r)
+		tok, err := s.authenticate(r)
 		authenticated := err == nil
 		if authenticated {
-			r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
+			r = r.WithContext(context.WithValue(r.Context(), tokenKey{}, tok))
 			err = h(w, r)
 		}
 		if err != nil {
@@ -237,22 +249,25 @@ func methodLabel(method string) string {
 	return "other"
 }
 
-// authenticate checks the bearer token and returns its tenant.
-func (s *Server) authenticate(r *http.Request) (string, error) {
+// authenticate checks the bearer token and returns it.
+func (s *Server) authenticate(r *http.Request) (fsstore.Token, error) {
 	auth := r.Header.Get("Authorization")
 	secret, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || secret == "" {
-		return "", failure(core.ErrBadToken, "missing bearer token (set COMPUTER_TOKEN or agentctl --token-file; create one with `computerd token create TENANT`)")
+		return fsstore.Token{}, failure(core.ErrBadToken, "missing bearer token (set COMPUTER_TOKEN or agentctl --token-file; create one with `computerd token create TENANT`)")
 	}
-	check := s.Store.TokenTenant
+	secret = strings.TrimSpace(secret)
+	var tok fsstore.Token
+	var err error
 	if s.Authenticate != nil {
-		check = s.Authenticate
+		tok.Tenant, err = s.Authenticate(r.Context(), secret)
+	} else {
+		tok, err = s.Store.CheckToken(r.Context(), secret)
 	}
-	tenant, err := check(r.Context(), strings.TrimSpace(secret))
 	if errors.Is(err, core.ErrBadToken) {
-		return "", failure(core.ErrBadToken, "invalid or revoked token")
+		return fsstore.Token{}, failure(core.ErrBadToken, "invalid or revoked token")
 	}
-	return tenant, err
+	return tok, err
 }
 
 // httpError is a failure of a kind from wire's table (kind, a sentinel)

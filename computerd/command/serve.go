@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +50,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "token-file", Usage: "with --home: a file holding a token of the tenant this executor serves (default: $" + wire.TokenEnv + ")"},
 			&cli.StringFlag{Name: "home-ca", Usage: "with an https --home: the certificate authorities to trust for it (PEM; default: the system's)", EnvVars: []string{"COMPUTERD_HOME_CA"}},
 			tokenValueFlag,
+			&cli.StringSliceFlag{Name: "mount-root", Usage: "a directory beneath which tokens with the mount scope may mount workspaces (repeatable; none: host mounts are refused)", EnvVars: []string{"COMPUTERD_MOUNT_ROOTS"}},
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "timeout of an exec that names none", Value: daemon.DefaultExecTimeout},
 			&cli.DurationFlag{Name: "exec-max-timeout", Usage: "ceiling of the timeout an exec may ask for (above it: refused)", Value: daemon.DefaultExecMaxTimeout},
@@ -128,6 +130,7 @@ func serve(c *cli.Context) error {
 		TLSCert:          c.String("tls-cert"),
 		TLSKey:           c.String("tls-key"),
 		NoExec:           c.Bool("no-exec"),
+		MountRoots:       c.StringSlice("mount-root"),
 		ExecTimeout:      c.Duration("exec-timeout"),
 		ExecMaxTimeout:   c.Duration("exec-max-timeout"),
 		ExecMaxLimits:    core.Limits{Memory: c.Int64("exec-max-memory"), Pids: c.Int64("exec-max-pids"), CPUs: c.Float64("exec-max-cpus")},
@@ -182,21 +185,28 @@ func tokenCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
-				Flags: []cli.Flag{dataFlag, jsonFlag},
+				Flags: []cli.Flag{dataFlag, jsonFlag,
+					&cli.StringSliceFlag{Name: "scope", Usage: "grant more than the tenant's workspaces (repeatable or comma-separated): " +
+						strings.Join(fsstore.Scopes, ", ") + " (" + fsstore.ScopeMount + ": host mounts under serve's --mount-root)"},
+				},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					if c.NArg() != 1 {
-						return fmt.Errorf("usage: computerd token create TENANT")
+						return fmt.Errorf("usage: computerd token create [--scope S] TENANT")
 					}
-					secret, tok, err := s.CreateToken(c.Context, c.Args().First())
+					var scopes []string
+					for _, sc := range c.StringSlice("scope") {
+						scopes = append(scopes, strings.Split(sc, ",")...)
+					}
+					secret, tok, err := s.CreateToken(c.Context, c.Args().First(), scopes...)
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "created": tok.Created},
+					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "scopes": tok.Scopes, "created": tok.Created},
 						func(w io.Writer) { fmt.Fprintln(w, secret) })
 				}),
 			},
 			{
-				Name: "ls", Usage: "list tokens (ids and tenants; secrets are not stored)",
+				Name: "ls", Usage: "list tokens (ids, tenants, scopes; secrets are not stored)",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					toks, err := s.Tokens(c.Context)
@@ -209,7 +219,11 @@ func tokenCommand() *cli.Command {
 							if t.Revoked {
 								state = "revoked"
 							}
-							fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.ID, t.Tenant, t.Created.Format(time.RFC3339), state)
+							scopes := strings.Join(t.Scopes, ",")
+							if scopes == "" {
+								scopes = "-"
+							}
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Tenant, scopes, t.Created.Format(time.RFC3339), state)
 						}
 					})
 				}),

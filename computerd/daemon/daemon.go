@@ -74,6 +74,10 @@ type Config struct {
 	// GCInterval is how often it prunes by Retention and then collects the
 	// chunks nothing needs (0: never; serve's default DefaultGCInterval).
 	GCInterval time.Duration
+	// MountRoots are the directories beneath which tenants' tokens with the
+	// mount scope may mount workspaces (serve's --mount-root); none: host
+	// mounts are refused. docs/SECURITY.md ("Host mounts") has the rules.
+	MountRoots []string
 	// Home, if set, makes this daemon an executor of the home computerd at
 	// that URL, acting for the tenant of HomeToken (see docs/SYNC.md).
 	Home, HomeToken string
@@ -197,7 +201,11 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 	}
 	d.Metrics.WatchStore(d.Store)
-	d.mounts = newMounts(cfg.DataDir, d.Store, d.Metrics, cfg.Log)
+	policy, err := newMountPolicy(cfg.MountRoots, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	d.mounts = newMounts(cfg.DataDir, policy, d.Store, d.Metrics, cfg.Log)
 	if err := d.mounts.Open(ctx); err != nil {
 		return err
 	}

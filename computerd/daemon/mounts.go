@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +38,7 @@ type mounts struct {
 	log     *slog.Logger
 	record  string // the file listing live mount directories
 	dataDir string
+	policy  *mountPolicy
 
 	// Between Open and Close: the refresh loops run in group, under ctx.
 	group  errgroup.Group
@@ -65,8 +65,8 @@ type hostMount struct {
 // errMountsClosed refuses a mount while the daemon stops.
 var errMountsClosed = fmt.Errorf("mount: computerd is shutting down: %w", core.ErrClosed)
 
-func newMounts(dataDir string, st *fsstore.Store, m *metrics.Metrics, log *slog.Logger) *mounts {
-	return &mounts{store: st, metrics: m, log: log, dataDir: dataDir,
+func newMounts(dataDir string, policy *mountPolicy, st *fsstore.Store, m *metrics.Metrics, log *slog.Logger) *mounts {
+	return &mounts{store: st, metrics: m, log: log, dataDir: dataDir, policy: policy,
 		record: filepath.Join(runDir(dataDir), "mounts.json"), byDir: map[string]*hostMount{}}
 }
 
@@ -152,36 +152,39 @@ func (ms *mounts) save() {
 	}
 }
 
-// checkDir accepts an absolute, existing, empty directory outside the data dir.
-func (ms *mounts) checkDir(dir string) (string, error) {
-	if !filepath.IsAbs(dir) {
-		return "", fmt.Errorf("mount dir %q: want an absolute path: %w", dir, core.ErrInvalidArgument)
+// reserve takes dir (clean) for a mount about to be made; ms.mu is held.
+func (ms *mounts) reserve(dir string) error {
+	if ms.closed {
+		return errMountsClosed
 	}
-	dir = filepath.Clean(dir)
-	if rel, err := filepath.Rel(ms.dataDir, dir); err == nil && !strings.HasPrefix(rel, "..") {
-		return "", fmt.Errorf("mount dir %s is inside the data directory: %w", dir, core.ErrInvalidArgument)
+	if _, busy := ms.byDir[dir]; busy {
+		return fmt.Errorf("%s is already a mount: %w", dir, core.ErrExists)
 	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", fmt.Errorf("mount dir: %w: %w", err, core.ErrInvalidArgument)
-	}
-	if len(ents) > 0 {
-		return "", fmt.Errorf("mount dir %s is not empty: %w", dir, core.ErrInvalidArgument)
-	}
-	return dir, nil
+	return nil
 }
 
-// Mount serves ws at dir.
+// Mount serves ws at dir, if the policy allows it there; a refusal leaves
+// nothing behind (no mount, no record, no directory).
 func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, dir string) (wire.MountInfo, error) {
 	key := filepath.Clean(dir)
 	ms.mu.Lock()
-	if ms.closed {
-		ms.mu.Unlock()
-		return wire.MountInfo{}, errMountsClosed
+	err := ms.reserve(key)
+	ms.mu.Unlock()
+	if err != nil {
+		return wire.MountInfo{}, err
 	}
-	if _, busy := ms.byDir[key]; busy {
+	// Unlocked: resolving the directory and mounting on it go through the
+	// kernel, which may ask a FUSE server (a mount of this daemon, even)
+	// that waits on the store's writer, which may be in the commit hook.
+	at, err := ms.policy.open(dir)
+	if err != nil {
+		return wire.MountInfo{}, err
+	}
+	ms.mu.Lock()
+	if err := ms.reserve(key); err != nil {
 		ms.mu.Unlock()
-		return wire.MountInfo{}, fmt.Errorf("%s is already a mount: %w", dir, core.ErrExists)
+		at.Close()
+		return wire.MountInfo{}, err
 	}
 	h := &hostMount{dir: key, ws: ws, pending: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ms.byDir[key] = h
@@ -190,10 +193,7 @@ func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, d
 	ms.mu.Unlock()
 	defer ms.mounting.Done()
 
-	// Unlocked: reading the directory and mounting on it go through the
-	// kernel, which may ask a FUSE server (a mount of this daemon, even)
-	// that waits on the store's writer, which may be in the commit hook.
-	m, err := ms.mount(tenant, ws, dir)
+	m, err := ms.mount(tenant, ws, key, at)
 	ms.mu.Lock()
 	if err != nil {
 		delete(ms.byDir, key)
@@ -208,14 +208,10 @@ func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, d
 	return ms.info(h), nil
 }
 
-// mount checks dir and mounts ws on it.
-func (ms *mounts) mount(tenant string, ws core.Workspace, dir string) (*fusefs.Mount, error) {
-	dir, err := ms.checkDir(dir)
-	if err != nil {
-		return nil, err
-	}
+// mount mounts ws on dir, opened as at.
+func (ms *mounts) mount(tenant string, ws core.Workspace, dir string, at *fusefs.MountPoint) (*fusefs.Mount, error) {
 	return fusefs.Open(dir, fusefs.Options{
-		Store: ms.store, Workspace: ws.ID,
+		Store: ms.store, Workspace: ws.ID, At: at,
 		Info:     fsstore.CommitInfo{Source: core.SourceMount, Tenant: tenant, Message: "mount " + dir},
 		SpoolDir: ms.spoolDir(),
 		// Its own commits reach the workspace's other mounts; itself it

@@ -52,7 +52,11 @@ func TestCommitHookDoesNotWaitForAMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ms := newMounts(data, st, metrics.New(), slog.New(slog.DiscardHandler))
+	policy, err := newMountPolicy([]string{os.TempDir()}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := newMounts(data, policy, st, metrics.New(), slog.New(slog.DiscardHandler))
 	if err := ms.Open(ctx); err != nil {
 		t.Fatal(err)
 	}

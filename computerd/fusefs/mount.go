@@ -57,6 +57,10 @@ type Options struct {
 	CacheBytes int64
 	// Debug logs every FUSE request.
 	Debug bool
+	// At, if set, is dir opened (see MountPoint): the mount is made on it
+	// and removed through it, not through dir's path. Open takes it over
+	// (closes it when the mount ends, or when Open fails).
+	At *MountPoint
 }
 
 // Errors.
@@ -125,9 +129,13 @@ type Mount struct {
 
 }
 
-// Open serves opt.Workspace at dir, which must exist. Call Unmount when done.
+// Open serves opt.Workspace at dir, which must exist. Call Unmount when
+// done. The mount is nosuid and nodev.
 func Open(dir string, opt Options) (*Mount, error) {
 	if opt.Store == nil {
+		if opt.At != nil {
+			opt.At.Close()
+		}
 		return nil, fmt.Errorf("fusefs: no store")
 	}
 	// The mount's own context, for the requests the kernel sends it:
@@ -155,6 +163,9 @@ func Open(dir string, opt Options) (*Mount, error) {
 		cancel()
 		if m.spool != nil {
 			m.spool.close()
+		}
+		if opt.At != nil {
+			opt.At.Close()
 		}
 		return nil, err
 	}
@@ -185,11 +196,12 @@ func (m *Mount) open(dir string) error {
 	if m.spool, err = newSpool(m.opt.SpoolDir, m.chunk); err != nil {
 		return err
 	}
-	server, err := fuse.NewServer(&fsys{RawFileSystem: fuse.NewDefaultRawFileSystem(), m: m}, dir, &fuse.MountOptions{
+	opts := &fuse.MountOptions{
 		FsName:                   "computerd:" + ws.Name,
 		Name:                     "computerd",
 		DirectMount:              true,
 		DirectMountStrict:        true,
+		DirectMountFlags:         hostMountFlags,
 		AllowOther:               true,
 		Options:                  []string{"default_permissions"},
 		MaxWrite:                 1 << 20,
@@ -199,7 +211,11 @@ func (m *Mount) open(dir string) error {
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: true,
 		Debug:                    m.opt.Debug,
-	})
+	}
+	if at := m.opt.At; at != nil {
+		return m.openAt(at, opts)
+	}
+	server, err := fuse.NewServer(&fsys{RawFileSystem: fuse.NewDefaultRawFileSystem(), m: m}, dir, opts)
 	if err != nil {
 		return fmt.Errorf("fusefs: mount %s: %w", dir, err)
 	}
@@ -214,7 +230,38 @@ func (m *Mount) open(dir string) error {
 	if unix.Stat(dir, &st) == nil {
 		m.dev = st.Dev
 	}
-	raiseReadahead(dir)
+	raiseReadahead(m.dev)
+	return nil
+}
+
+// openAt mounts on at (Options.At): the kernel mount is made here, and
+// go-fuse serves the connection it was made with.
+func (m *Mount) openAt(at *MountPoint, opts *fuse.MountOptions) error {
+	conn, err := at.mount(opts)
+	if err != nil {
+		return fmt.Errorf("fusefs: mount %s: %w", m.mountDir, err)
+	}
+	opts.DirectMount, opts.DirectMountStrict = false, false
+	server, err := fuse.NewServer(&fsys{RawFileSystem: fuse.NewDefaultRawFileSystem(), m: m}, conn, opts)
+	if err != nil {
+		at.unmount(unix.MNT_DETACH)
+		return fmt.Errorf("fusefs: mount %s: %w", m.mountDir, err)
+	}
+	m.server = server
+	go server.Serve() // ends with the FUSE connection; Unmount waits for it (server.Wait)
+	root, err := at.openRoot()
+	if err != nil {
+		at.unmount(unix.MNT_DETACH)
+		server.Wait()
+		return fmt.Errorf("fusefs: mount %s: open its root: %w", m.mountDir, err)
+	}
+	pollHack(root)
+	var st unix.Stat_t
+	if unix.Fstat(root, &st) == nil {
+		m.dev = st.Dev
+	}
+	unix.Close(root)
+	raiseReadahead(m.dev)
 	return nil
 }
 
@@ -228,22 +275,37 @@ const abortGrace = time.Second
 // and the loops never end by themselves: after abortGrace the connection
 // is aborted through fusectl, which ends them.
 func (m *Mount) unmountKernel(ctx context.Context) error {
-	return unmountServer(ctx, m.server, m.mountDir, m.dev)
+	if at := m.opt.At; at != nil {
+		defer at.Close()
+		return unmountServer(ctx, m.server, at.unmount, m.mountDir, m.dev)
+	}
+	return unmountServer(ctx, m.server, serverUnmount(m.server, m.mountDir), m.mountDir, m.dev)
 }
 
-// unmountServer unmounts server's file system at dir (device dev) as
-// unmountKernel describes.
-func unmountServer(ctx context.Context, server *fuse.Server, dir string, dev uint64) error {
+// serverUnmount unmounts server's file system at dir by its path: go-fuse's
+// own unmount (which retries while busy), or with flags a detach.
+func serverUnmount(server *fuse.Server, dir string) func(flags int) error {
+	return func(flags int) error {
+		if flags == 0 {
+			return server.Unmount()
+		}
+		return unix.Unmount(dir, flags)
+	}
+}
+
+// unmountServer unmounts server's file system at dir (device dev) through
+// unmount (flags 0, or unix.MNT_DETACH) as unmountKernel describes.
+func unmountServer(ctx context.Context, server *fuse.Server, unmount func(flags int) error, dir string, dev uint64) error {
 	done := make(chan error, 1)
 	go func() {
 		var err error
 		for i := 0; ; i++ {
-			if err = server.Unmount(); err == nil {
+			if err = unmount(0); err == nil {
 				break
 			}
 			if i == 2 {
 				// Busy: detach it now; the kernel lets go once the last user does.
-				err = unix.Unmount(dir, unix.MNT_DETACH)
+				err = unmount(unix.MNT_DETACH)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -283,13 +345,13 @@ func abortConnection(dev uint64) error {
 }
 
 // raiseReadahead lets the kernel read ahead 1 MiB at a time (FUSE offers
-// 128 KiB), so sequential reads cost a quarter of the requests. Best effort.
-func raiseReadahead(dir string) {
-	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
+// 128 KiB) on the mount of device dev, so sequential reads cost a quarter
+// of the requests. Best effort.
+func raiseReadahead(dev uint64) {
+	if dev == 0 {
 		return
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(dev), unix.Minor(dev))
 	os.WriteFile(p, []byte("1024"), 0o644)
 }
 
@@ -779,7 +841,7 @@ func (m *Mount) notify(notes []notice) {
 // were kept.
 func (m *Mount) Unmount(ctx context.Context) error {
 	// Have the kernel write back pages dirtied through mmap first.
-	if fd, err := unix.Open(m.mountDir, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+	if fd, err := m.openRoot(); err == nil {
 		unix.Syncfs(fd)
 		unix.Close(fd)
 	}
@@ -814,6 +876,14 @@ func (m *Mount) Unmount(ctx context.Context) error {
 		uerr = errors.Join(uerr, fmt.Errorf("fusefs: %s detached, still in use: %w", m.mountDir, ctx.Err()))
 	}
 	return errors.Join(cerr, uerr)
+}
+
+// openRoot opens the root of the mount.
+func (m *Mount) openRoot() (int, error) {
+	if at := m.opt.At; at != nil {
+		return at.openRoot()
+	}
+	return unix.Open(m.mountDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
 // Dir is the directory the mount serves.

@@ -162,7 +162,7 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 	if unix.Stat(dir, &st) == nil {
 		v.dev = st.Dev
 	}
-	raiseReadahead(dir)
+	raiseReadahead(v.dev)
 	return v, nil
 }
 
@@ -378,7 +378,7 @@ func (v *View) Nodes() (all, dirs int) {
 
 // Close unmounts the view (lazily if an overlay still uses it).
 func (v *View) Close(ctx context.Context) error {
-	err := unmountServer(ctx, v.server, v.dir, v.dev)
+	err := unmountServer(ctx, v.server, serverUnmount(v.server, v.dir), v.dir, v.dev)
 	v.cancel()
 	return err
 }
