@@ -108,7 +108,7 @@ func TestChunksAreNoCapability(t *testing.T) {
 	}
 	var many core.Batch
 	many.Mkdir("copies", 0o755)
-	for i := range 5000 {
+	for i := range 20000 {
 		many.Add(core.Op{Kind: core.OpCreate, Path: fmt.Sprintf("copies/%d", i), Mode: 0o644, Content: oneChunk(pinHash, len(pin))})
 	}
 	if _, err := e.d.Store.Commit(ctx, aw.ID, &many, fsstore.CommitInfo{}); err != nil {
