@@ -37,7 +37,7 @@ func TestReachQueryPlan(t *testing.T) {
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
 	want := []string{
 		"SEARCH w USING COVERING INDEX workspaces_tenant (tenant=?)",
-		"SEARCH e USING COVERING INDEX extents_chunk (chunk=? AND ws=?)",
+		"SEARCH e USING COVERING INDEX extents_ws_chunk (ws=? AND chunk=?)",
 		"SCALAR SUBQUERY", // not CORRELATED: run once, its value kept
 		"SEARCH chunks USING COVERING INDEX sqlite_autoindex_chunks_1 (hash=?)",
 	}
