@@ -3,8 +3,11 @@ package fsstore_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -59,13 +62,16 @@ func reachBenchStore(b *testing.B) (*fsstore.Store, []*core.Content) {
 	return s, contents
 }
 
-// BenchmarkConfinedCommit measures what confining costs: a one-file
-// commit naming a chunk (an ops request), and a commit of
-// reachBenchFiles files naming chunks the tenant holds without sending
-// them (a push that leaves them out: one reach query each) or sending
-// them (what an executor's push does), each confined and not.
+// BenchmarkConfinedCommit measures what confining costs, as pairs run in
+// turn (so that a load that comes and goes weighs on both alike) and
+// reported as the medians of each: a one-file commit naming a chunk the
+// tenant holds (an ops request), a commit of reachBenchFiles files naming
+// chunks the tenant holds without sending them (a push that leaves them
+// out: one reach query each) or sending them (what an executor's push
+// does), unconfined against confined; and a refused hash, unknown against
+// another tenant's.
 //
-//	go test -run '^$' -bench BenchmarkConfinedCommit -benchtime 20x ./fsstore
+//	go test -run '^$' -bench BenchmarkConfinedCommit -benchtime 2000x ./fsstore
 func BenchmarkConfinedCommit(b *testing.B) {
 	ctx := context.Background()
 	s, contents := reachBenchStore(b)
@@ -79,78 +85,100 @@ func BenchmarkConfinedCommit(b *testing.B) {
 		}
 		return w.ID
 	}
-	commit := func(b *testing.B, ws int64, files []*core.Content, info fsstore.CommitInfo) {
-		b.Helper()
-		var batch core.Batch
-		for i, c := range files {
-			batch.Add(core.Op{Kind: core.OpCreate, Path: fmt.Sprintf("g%d", i), Mode: 0o644, Content: c})
+	files := func(contents []*core.Content) *core.Changeset {
+		cs := &core.Changeset{}
+		for i, c := range contents {
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpCreate, Path: fmt.Sprintf("g%d", i), Mode: 0o644,
+				Content: &core.Content{Size: c.Size, Chunks: []core.ChunkRef{c.Chunks[0]}}})
 		}
-		if _, err := s.Commit(ctx, ws, &batch, info); err != nil {
-			b.Fatal(err)
-		}
+		return cs
 	}
-	for _, confine := range []bool{false, true} {
-		b.Run(fmt.Sprintf("one-file/confine=%v", confine), func(b *testing.B) {
-			ws := fresh(b)
-			b.ResetTimer()
-			for i := range b.N {
-				commit(b, ws, contents[i%len(contents):i%len(contents)+1], fsstore.CommitInfo{Confine: confine})
+	// pairs times a and c in turn, n times, and reports their medians.
+	pairs := func(b *testing.B, n int, aName string, a func(i int) error, cName string, c func(i int) error) {
+		b.Helper()
+		var ta, tc []time.Duration
+		for i := range n {
+			start := time.Now()
+			errA := a(i)
+			ta = append(ta, time.Since(start))
+			start = time.Now()
+			errC := c(i)
+			tc = append(tc, time.Since(start))
+			if errA != nil || errC != nil {
+				b.Fatal(errA, errC)
 			}
-		})
-		b.Run(fmt.Sprintf("files-held/confine=%v", confine), func(b *testing.B) {
-			for range b.N {
-				b.StopTimer()
+		}
+		b.ReportMetric(float64(median(ta).Nanoseconds()), aName+"-ns")
+		b.ReportMetric(float64(median(tc).Nanoseconds()), cName+"-ns")
+		b.ReportMetric(0, "ns/op")
+	}
+	b.Run("one-file", func(b *testing.B) {
+		ws := fresh(b)
+		commit := func(confine bool) func(int) error {
+			return func(i int) error {
+				c := contents[i%len(contents)]
+				_, err := s.Commit(ctx, ws, (&core.Batch{}).Add(core.Op{Kind: core.OpCreate, Path: "x", Mode: 0o644, Content: c}), fsstore.CommitInfo{Confine: confine})
+				return err
+			}
+		}
+		pairs(b, b.N, "plain", commit(false), "confined", commit(true))
+	})
+	b.Run("files-held", func(b *testing.B) {
+		commit := func(confine bool) func(int) error {
+			return func(int) error {
 				ws := fresh(b)
-				b.StartTimer()
-				commit(b, ws, contents, fsstore.CommitInfo{Confine: confine})
+				_, err := s.Apply(ctx, ws, files(contents), fsstore.CommitInfo{Confine: confine})
+				return err
 			}
-		})
-		b.Run(fmt.Sprintf("files-sent/confine=%v", confine), func(b *testing.B) {
-			for range b.N {
-				b.StopTimer()
+		}
+		pairs(b, min(b.N, 5), "plain", commit(false), "confined", commit(true))
+	})
+	b.Run("files-sent", func(b *testing.B) {
+		commit := func(confine bool) func(int) error {
+			return func(int) error {
 				ws := fresh(b)
 				up := s.NewUploader()
-				cs := &core.Changeset{}
+				defer up.Close()
+				cs := files(contents)
 				for i, c := range contents {
-					data := []byte(fmt.Sprintf("file %d of tenant t\n", i))
-					if err := up.PutChunk(ctx, c.Chunks[0].Hash, data); err != nil {
-						b.Fatal(err)
+					if err := up.PutChunk(ctx, c.Chunks[0].Hash, []byte(fmt.Sprintf("file %d of tenant t\n", i))); err != nil {
+						return err
 					}
-					cs.Ops = append(cs.Ops, core.Op{Kind: core.OpCreate, Path: fmt.Sprintf("g%d", i), Mode: 0o644,
-						Content: &core.Content{Size: c.Size, Chunks: []core.ChunkRef{c.Chunks[0]}}})
 				}
 				if err := up.Flush(ctx); err != nil {
-					b.Fatal(err)
+					return err
 				}
 				up.Identify(cs)
-				b.StartTimer()
-				if _, err := s.Apply(ctx, ws, cs, fsstore.CommitInfo{Confine: confine, Sent: up}); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				up.Close()
-				b.StartTimer()
+				_, err := s.Apply(ctx, ws, cs, fsstore.CommitInfo{Confine: confine, Sent: up})
+				return err
 			}
-		})
-	}
-	// A refused hash: unknown, or another tenant's (referenced by one
-	// row there); the two should cost the same.
-	theirs := []byte("file 0 of another tenant\n")
-	for _, name := range []string{"unknown", "other-tenant"} {
-		b.Run("one-file-refused/"+name, func(b *testing.B) {
-			ws := fresh(b)
-			h, size := core.Hash(sha256.Sum256(theirs)), len(theirs)
-			b.ResetTimer()
-			for i := range b.N {
-				if name == "unknown" {
+		}
+		pairs(b, min(b.N, 5), "plain", commit(false), "confined", commit(true))
+	})
+	// A refused hash: unknown, or another tenant's; the two should cost the same.
+	b.Run("refused", func(b *testing.B) {
+		ws := fresh(b)
+		theirs := []byte("file 0 of another tenant\n")
+		refuse := func(unknown bool) func(int) error {
+			return func(i int) error {
+				h := core.Hash(sha256.Sum256(theirs))
+				if unknown {
 					h[0], h[1], h[2] = byte(i), byte(i>>8), byte(i>>16)
 				}
 				_, err := s.Commit(ctx, ws, (&core.Batch{}).Add(core.Op{Kind: core.OpCreate, Path: "x", Mode: 0o644,
-					Content: &core.Content{Size: int64(size), Chunks: []core.ChunkRef{{Hash: h, Len: size}}}}), fsstore.CommitInfo{Confine: true})
-				if err == nil {
-					b.Fatal("a hash the tenant does not hold was accepted")
+					Content: &core.Content{Size: int64(len(theirs)), Chunks: []core.ChunkRef{{Hash: h, Len: len(theirs)}}}}), fsstore.CommitInfo{Confine: true})
+				if !errors.Is(err, core.ErrMissingChunk) {
+					return fmt.Errorf("a hash the tenant does not hold: %v, want ErrMissingChunk", err)
 				}
+				return nil
 			}
-		})
-	}
+		}
+		pairs(b, b.N, "other-tenant", refuse(false), "unknown", refuse(true))
+	})
+}
+
+func median(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
 }
