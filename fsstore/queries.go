@@ -15,6 +15,7 @@ type queries struct {
 	inodeLatest                                     *sql.Stmt
 	extentsRange, extentsData, chunkData, chunkInfo *sql.Stmt
 	chunkByHash, chunkRun                           *sql.Stmt
+	chunkReach                                      *sql.Stmt // see reach.go
 
 	insDentry, killDentry, setDentry               *sql.Stmt
 	insDentries                                    *sql.Stmt // entryBatch rows at once
@@ -72,6 +73,7 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.chunkData, `SELECT data FROM chunks WHERE id = ?`},
 		{&q.chunkInfo, `SELECT hash, size FROM chunks WHERE id = ?`},
 		{&q.chunkByHash, `SELECT id, size FROM chunks WHERE hash = ?`},
+		{&q.chunkReach, reachQuery},
 		{&q.chunkRun, fmt.Sprintf(`SELECT id, hash, size FROM chunks WHERE id >= ?1 AND id < ?1 + %d`, chunkRunLen)},
 
 		{&q.insDentry, `INSERT INTO dentries(ws, parent, name, birth, death, ino, kind) VALUES (?, ?, ?, ?, ?, ?, ?)`},

@@ -20,4 +20,16 @@ type CommitInfo struct {
 	// this revision of a home's workspace (see Store.Mirror), in the
 	// commit's own transaction.
 	HomeRev int64
+	// Confine, when set, takes the chunk hashes of the content ops as the
+	// claims of a caller who may not hold those bytes (an API request, a
+	// sync push): each must name a chunk the workspace's tenant already
+	// references, or one sent with the request (Sent, and the data of the
+	// commit's own write ops). Any other hash is core.ErrMissingChunk, with
+	// the same answer after the same work whether or not the store holds
+	// the chunk for someone else (reach.go).
+	Confine bool
+	// Sent is the Uploader whose PutChunk stored the chunks the request
+	// carried (nil: it carried none); it counts only with Confine, and
+	// must be flushed before the commit.
+	Sent *Uploader
 }

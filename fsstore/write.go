@@ -42,6 +42,13 @@ type wtx struct {
 	chunks   map[int64]chunkRow             // chunk rows read here (rows never change or go within a transaction)
 	lastRun  int64                          // the id after the last chunk verified alone
 
+	// A confined commit (CommitInfo.Confine) names by hash only chunks it
+	// was sent or the tenant reaches: see reach.go.
+	confine bool
+	sent    *Uploader
+	written map[core.Hash]int64 // chunks this transaction's own writes stored
+	reached map[core.Hash]int64 // reach answers so far (0: not reachable)
+
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
 }
 
@@ -158,8 +165,9 @@ func (t *wtx) resolveDir(p string) (*inode, error) {
 // movedDirs forgets cached directory paths after a directory moved or went.
 func (t *wtx) movedDirs() { clear(t.dirs) }
 
-// begin starts a revision of ws; the caller is inside s.write.
-func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
+// begin starts a revision of ws for a commit described by info; the
+// caller is inside s.write.
+func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, error) {
 	ws, err := s.workspaceInfo(ctx, s.wconn, wsID)
 	if err != nil {
 		return nil, err
@@ -176,7 +184,7 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
 		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
 		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{},
-		chunks: map[int64]chunkRow{}}
+		chunks: map[int64]chunkRow{}, confine: info.Confine, sent: info.Sent}
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
@@ -593,9 +601,19 @@ func (t *wtx) flushEntries() error {
 	return nil
 }
 
-// putChunk stores data as a chunk, or finds the copy already stored.
+// putChunk stores data as a chunk, or finds the copy already stored. A
+// confined commit may name it by hash afterwards: its bytes came with the
+// request, or from the tenant's own file.
 func (t *wtx) putChunk(data []byte) (int64, error) {
-	return putChunk(t.ctx, t.q, sha256.Sum256(data), data)
+	h := core.Hash(sha256.Sum256(data))
+	id, err := putChunk(t.ctx, t.q, h, data)
+	if err == nil && t.confine {
+		if t.written == nil {
+			t.written = map[core.Hash]int64{}
+		}
+		t.written[h] = id
+	}
+	return id, err
 }
 
 func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, error) {
@@ -614,6 +632,13 @@ func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64,
 
 // chunkID finds the row of a chunk named in a changeset.
 func (t *wtx) chunkID(ref core.ChunkRef) (int64, error) {
+	if t.confine && !t.wasSent(ref.Hash) {
+		id, err := t.reachedChunk(ref.Hash)
+		if err != nil {
+			return 0, err
+		}
+		ref.Row = id // checked below like any hint; its length may still be wrong
+	}
 	if ref.Row != 0 {
 		// The row id (from Put or Diff) is only a hint: GC may have deleted
 		// the row since, and SQLite may have given its id to another chunk.

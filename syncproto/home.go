@@ -388,6 +388,9 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	// round trips that a crash could split) to fork and push again.
 	res, err := h.Store.ApplyOrKeep(ctx, ws.ID, cs, fsstore.CommitInfo{
 		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
+		// A hash is no key to the home's chunks: the changeset may name
+		// only those the push sent or the tenant's workspaces hold.
+		Confine: true, Sent: up,
 	}, ConflictCopyName(ws.Name, hdr.PushID))
 	if err != nil {
 		return PushResult{}, err

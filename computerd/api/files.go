@@ -269,7 +269,11 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	if msg == "" {
 		msg = describeOps(req.Ops)
 	}
-	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, commitInfo(r, req.Base, msg))
+	// The chunks content ops name are the caller's claims: only its own
+	// count (docs/SECURITY.md, Chunks).
+	info := commitInfo(r, req.Base, msg)
+	info.Confine = true
+	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, info)
 	if err != nil {
 		return err
 	}
