@@ -30,7 +30,9 @@ var (
 	ErrWorkspaceExists = errors.New("workspace already exists")
 	// ErrConflict: a commit based on an older revision touches paths changed since.
 	ErrConflict = errors.New("conflict")
-	// ErrMissingChunk: a changeset names a chunk the store does not hold.
+	// ErrMissingChunk: a changeset names a chunk the store does not hold,
+	// or, in a commit of a tenant's request, one the tenant neither sent
+	// nor holds in its workspaces (whether or not the store has it).
 	ErrMissingChunk = errors.New("missing chunk")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store closed")

@@ -45,7 +45,7 @@ const reachQuery = `SELECT e.chunk FROM workspaces w CROSS JOIN extents e INDEXE
 
 // wasSent reports whether the bytes of chunk h came with the request.
 func (t *wtx) wasSent(h core.Hash) bool {
-	if _, ok := t.written[h]; ok {
+	if t.written[h] {
 		return true
 	}
 	if t.sent == nil {

@@ -45,9 +45,10 @@ func chunkCount(t *testing.T, s *fsstore.Store) int64 {
 // TestConfinedChunks: a confined commit (an API request, a sync push)
 // names by hash only chunks it sent or its tenant reaches. Another
 // tenant's chunk is refused exactly as a hash nobody stored, and nothing
-// changes; the tenant's own chunks (in any of its workspaces, its forks'
-// bases and its drafts), chunks sent with the request and chunks the
-// batch's own writes stored all work; bytes stay stored once.
+// changes; the tenant's own chunks (in any retained revision of its
+// workspaces, its forks' bases and its drafts), chunks sent with the
+// request and chunks the batch's own writes stored all work, and what
+// retention pruned no longer does; bytes stay stored once.
 func TestConfinedChunks(t *testing.T) {
 	ctx := context.Background()
 	s := MustOpen(t)
@@ -159,6 +160,30 @@ func TestConfinedChunks(t *testing.T) {
 	// ... and alice reaches none of bob's.
 	if err := confinedCreate(s, alice.ID, "x.txt", chunkRef("draft only"), nil); !errors.Is(err, core.ErrMissingChunk) {
 		t.Fatalf("alice naming bob's draft chunk: %v, want ErrMissingChunk", err)
+	}
+
+	// What retention pruned is out of reach again, though the bytes stay
+	// stored for alice: refused like any other tenant's chunk.
+	carol, err := s.CreateWorkspace(ctx, "carol", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, carol.ID, "pin.txt", secret)
+	if err := confinedCreate(s, carol.ID, "copy.txt", chunkRef(secret), nil); err != nil {
+		t.Fatalf("carol naming a chunk of her head: %v", err)
+	}
+	if _, err := s.Commit(ctx, carol.ID, (&core.Batch{}).Add(core.Op{Kind: core.OpDeleteAll, Path: "pin.txt"}, core.Op{Kind: core.OpDeleteAll, Path: "copy.txt"}), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := confinedCreate(s, carol.ID, "old.txt", chunkRef(secret), nil); err != nil {
+		t.Fatalf("carol naming a chunk of a retained older revision: %v", err)
+	}
+	mustWrite(t, s, carol.ID, "old.txt", "overwritten")
+	if _, err := s.Prune(ctx, carol.ID, fsstore.Policy{KeepLast: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := confinedCreate(s, carol.ID, "again.txt", chunkRef(secret), nil); !errors.Is(err, core.ErrMissingChunk) {
+		t.Fatalf("carol naming a chunk only pruned revisions held: %v, want ErrMissingChunk", err)
 	}
 
 	// A push that conflicts is kept in a copy: confined there too.

@@ -46,7 +46,7 @@ type wtx struct {
 	// was sent or the tenant reaches: see reach.go.
 	confine bool
 	sent    *Uploader
-	written map[core.Hash]int64 // chunks this transaction's own writes stored
+	written map[core.Hash]bool  // chunks this transaction's own writes stored
 	reached map[core.Hash]int64 // reach answers so far (0: not reachable)
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
@@ -609,9 +609,9 @@ func (t *wtx) putChunk(data []byte) (int64, error) {
 	id, err := putChunk(t.ctx, t.q, h, data)
 	if err == nil && t.confine {
 		if t.written == nil {
-			t.written = map[core.Hash]int64{}
+			t.written = map[core.Hash]bool{}
 		}
-		t.written[h] = id
+		t.written[h] = true
 	}
 	return id, err
 }
