@@ -486,6 +486,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	begin := time.Now()
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
+		IDs:  r.Sandbox.MappedIDs(),
 		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
 	var homeKept string
@@ -506,7 +507,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		stdin = strings.NewReader(string(req.Stdin))
 	}
 	res, runErr := r.Sandbox.Run(ctx, sandbox.Spec{
-		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir,
+		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir, WorkspaceMapped: true,
 		Limits: req.Limits, Timeout: timeout,
 	}, func(ev sandbox.Event) { out.output(ev.Stream, ev.Data) })
 	if r.Metrics != nil && res.Duration > 0 {

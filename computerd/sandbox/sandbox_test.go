@@ -793,6 +793,15 @@ func TestCustomRootfs(t *testing.T) {
 		t.Skip("no go command to build a static binary for the root")
 	}
 	src, root := t.TempDir(), t.TempDir()
+	// The container's root mounts its root from inside its user
+	// namespace: every directory above must be searchable by others.
+	// Nor can it make the mount points in a root that host root owns.
+	if err := os.Chmod(filepath.Dir(root), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"dev", "proc", "sys", "tmp", "workspace"} {
+		os.Mkdir(filepath.Join(root, d), 0o755)
+	}
 	prog := `package main
 
 import (

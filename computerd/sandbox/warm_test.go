@@ -36,6 +36,8 @@ func TestWarm(t *testing.T) {
 		{"NoNetwork", TestNoNetwork},
 		{"ReadOnlyRootAndWorkspace", TestReadOnlyRootAndWorkspace},
 		{"Isolation", TestIsolation},
+		{"UserNamespace", TestUserNamespace},
+		{"WorkspaceIDs", TestWorkspaceIDs},
 		{"ConcurrentRuns", TestConcurrentRuns},
 		{"InvalidSpecs", TestInvalidSpecs},
 		{"MemoryLimit", TestMemoryLimit},
