@@ -41,7 +41,7 @@ var Capabilities = []string{
 
 // MaskedPaths are hidden inside a container (a file by /dev/null, a
 // directory by an empty read-only tmpfs): Docker's list for /proc and
-// /sys, and the host's secrets in the /etc that the default root binds.
+// /sys.
 var MaskedPaths = []string{
 	"/proc/asound",
 	"/proc/acpi",
@@ -55,15 +55,6 @@ var MaskedPaths = []string{
 	"/proc/scsi",
 	"/sys/firmware",
 	"/sys/devices/virtual/powercap",
-	"/etc/shadow",
-	"/etc/shadow-",
-	"/etc/gshadow",
-	"/etc/gshadow-",
-	"/etc/ssh",
-	"/etc/ssl/private",
-	"/etc/sudoers",
-	"/etc/sudoers.d",
-	"/etc/security/opasswd",
 }
 
 // ReadonlyPaths are remounted read-only inside a container (Docker's list).

@@ -160,8 +160,9 @@ var DefaultEnv = []string{
 
 // DefaultHostDirs are the host directories bound read-only into the
 // default root. Symbolic links among them (merged /usr) are recreated as
-// links; missing ones are skipped.
-var DefaultHostDirs = []string{"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"}
+// links; missing ones are skipped. /etc is not among them: the default
+// root has an /etc of its own (etc.go).
+var DefaultHostDirs = []string{"/usr", "/bin", "/lib", "/lib64", "/sbin"}
 
 // Manager runs containers whose state lives under StateDir. Its zero
 // fields take defaults; it is safe for concurrent use once its fields are

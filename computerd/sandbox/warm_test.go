@@ -38,6 +38,7 @@ func TestWarm(t *testing.T) {
 		{"Isolation", TestIsolation},
 		{"UserNamespace", TestUserNamespace},
 		{"WorkspaceIDs", TestWorkspaceIDs},
+		{"Etc", TestEtc},
 		{"ConcurrentRuns", TestConcurrentRuns},
 		{"InvalidSpecs", TestInvalidSpecs},
 		{"MemoryLimit", TestMemoryLimit},
