@@ -39,6 +39,7 @@ func TestWarm(t *testing.T) {
 		{"UserNamespace", TestUserNamespace},
 		{"WorkspaceIDs", TestWorkspaceIDs},
 		{"Etc", TestEtc},
+		{"HostSocketsUnreachable", TestHostSocketsUnreachable},
 		{"ConcurrentRuns", TestConcurrentRuns},
 		{"InvalidSpecs", TestInvalidSpecs},
 		{"MemoryLimit", TestMemoryLimit},
