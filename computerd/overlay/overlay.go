@@ -43,10 +43,11 @@ type Options struct {
 	// the upper layer, overlayfs's work directory, the mount point and a
 	// record of the layer (for Recover).
 	Dir string
-	// IDs, if set, idmap the layers (see mount): the overlay then shows
-	// the store's ids as a container with these ids expects them, for
-	// a sandbox.Spec with WorkspaceMapped. Zero: the layers as they are.
-	IDs idmap.Range
+	// Mounts, if set, are what the layer is made from (Dir must be in
+	// their layers directory): the overlay then shows the store's ids as
+	// a container with their ids expects them, for a sandbox.Spec with
+	// WorkspaceMapped. Nil: the layers as they are.
+	Mounts *Mounts
 	// Info is the template of the exec's commit (Source exec, tenant, exec id, message).
 	Info fsstore.CommitInfo
 	// Deliver, if set, replaces committing the changeset to the workspace
@@ -126,7 +127,7 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 	if err := writeFileSync(filepath.Join(opt.Dir, "layer.json"), rec); err != nil {
 		return nil, fmt.Errorf("overlay: %w", err)
 	}
-	if err := mount(l.lower, opt.Dir, opt.IDs); err != nil {
+	if err := mount(l.lower, opt.Dir, opt.Mounts); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -150,57 +151,114 @@ func safeLabel(s string) string {
 	return string(b)
 }
 
-// mount mounts the overlay of lower and dir's upper layer at dir/mnt.
+// Mounts are what every exec's overlay is made from: detached copies
+// (open_tree) of the mount of the revision view and of the mount of the
+// directory that holds the layers' directories, idmapped with the
+// containers' ids. Through them the overlay shows the store's id i as
+// host id ids.Base+i (the container's i), and what a container's id i
+// writes lands in the upper layer as i, so the upper layer (which Changes
+// reads directly) holds the store's ids. The copies are made once, not
+// per exec: the release of a detached copy waits for an RCU grace period,
+// which shows in the tail of an exec's mount (BenchmarkMount).
+type Mounts struct {
+	ids       idmap.Range
+	viewDir   string
+	layersDir string
+	view      int // descriptors of the copies
+	layers    int
+}
+
+// OpenMounts makes the copies of the mounts at viewDir (a fusefs.View's
+// directory) and layersDir (the parent of the layers' Dirs), idmapped
+// with ids. Close them before the view is unmounted: a copy keeps its
+// FUSE connection alive.
+func OpenMounts(viewDir, layersDir string, ids idmap.Range) (*Mounts, error) {
+	ns, err := ids.Userns()
+	if err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
+	}
+	m := &Mounts{ids: ids, viewDir: viewDir, layersDir: layersDir, view: -1, layers: -1}
+	if m.view, err = detachedCopy(viewDir, int(ns.Fd())); err != nil {
+		return nil, err
+	}
+	if m.layers, err = detachedCopy(layersDir, int(ns.Fd())); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close releases the copies (layers mounted from them keep theirs).
+func (m *Mounts) Close() error {
+	for _, fd := range []*int{&m.view, &m.layers} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	return nil
+}
+
+// open opens path, under dir, through the copy tree of dir's mount.
+func open(tree int, dir, path string) (int, error) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return -1, fmt.Errorf("overlay: %s is not under %s", path, dir)
+	}
+	fd, err := unix.Openat(tree, rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, fmt.Errorf("overlay: open %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// mount mounts the overlay of lower and dir's upper layer at dir/mnt,
+// from ms (nil: from copies of their own, not idmapped).
 //
 // The layers are given to overlayfs as descriptors of detached copies of
 // their mounts (fsconfig's "lowerdir+", "upperdir" and "workdir" take
 // descriptors), not as paths: the mount's options, which every
 // /proc/PID/mountinfo shows, then name the layers by their paths in those
-// copies ("/", "/upper", "/work"), never by the host's (the data
+// copies ("/W-L3", "/x1/upper", ...), never by the host's (the data
 // directory's) paths.
-//
-// With ids, both copies are idmapped with them: overlayfs itself cannot
-// be, but it honours idmapped layers. Through them the overlay shows the
-// store's id i as host id ids.Base+i (the container's i), and what a
-// container's id i writes lands in the upper layer as i, so the upper
-// layer (which Changes reads directly) holds the store's ids.
-func mount(lower, dir string, ids idmap.Range) error {
-	ns := -1
-	if ids != (idmap.Range{}) {
-		f, err := ids.Userns()
+func mount(lower, dir string, ms *Mounts) error {
+	var ids idmap.Range
+	if ms == nil {
+		// The upper and work directories must be on one mount.
+		lowerTree, err := detachedCopy(lower, -1)
 		if err != nil {
-			return fmt.Errorf("overlay: %w", err)
+			return err
 		}
-		ns = int(f.Fd())
+		defer unix.Close(lowerTree)
+		layerTree, err := detachedCopy(dir, -1)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(layerTree)
+		ms = &Mounts{viewDir: lower, layersDir: dir, view: lowerTree, layers: layerTree}
+	} else {
+		ids = ms.ids
 	}
-	lowerTree, err := detachedCopy(lower, ns)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(lowerTree)
-	// The upper and work directories must be on one mount.
-	layerTree, err := detachedCopy(dir, ns)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(layerTree)
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("overlay: fsopen: %w", err)
 	}
 	defer unix.Close(fsfd)
-	if err := unix.FsconfigSetFd(fsfd, "lowerdir+", lowerTree); err != nil {
-		return fmt.Errorf("overlay: lower layer %s: %w", lower, err)
-	}
-	for _, layer := range []string{"upper", "work"} {
-		fd, err := unix.Openat(layerTree, layer, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("overlay: %s layer: %w", layer, err)
+	for _, layer := range []struct{ key, path string }{
+		{"lowerdir+", lower}, {"upperdir", filepath.Join(dir, "upper")}, {"workdir", filepath.Join(dir, "work")},
+	} {
+		tree, under := ms.layers, ms.layersDir
+		if layer.key == "lowerdir+" {
+			tree, under = ms.view, ms.viewDir
 		}
-		err = unix.FsconfigSetFd(fsfd, layer+"dir", fd)
+		fd, err := open(tree, under, layer.path)
+		if err != nil {
+			return err
+		}
+		err = unix.FsconfigSetFd(fsfd, layer.key, fd)
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("overlay: %s layer: %w", layer, err)
+			return fmt.Errorf("overlay: %s %s: %w", layer.key, layer.path, err)
 		}
 	}
 	// redirect_dir off: renaming a directory of the lower layer fails with

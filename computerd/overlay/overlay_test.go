@@ -356,10 +356,15 @@ func TestIDMappedLayers(t *testing.T) {
 	b.WriteFile("user.txt", []byte("u\n"), 0o600).WriteFile("far.txt", []byte("f\n"), 0o644)
 	b.Add(core.Op{Kind: core.OpChown, Path: "user.txt", UID: 1000, GID: 1000}, core.Op{Kind: core.OpChown, Path: "far.txt", UID: 70000, GID: 70000})
 	base := f.commit(t, b)
-	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev, IDs: ids,
-		Dir: filepath.Join(f.dir, "layer-ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"}})
+	layers := filepath.Join(f.dir, "layers")
+	must(t, os.Mkdir(layers, 0o700))
+	ms, err := overlay.OpenMounts(f.view.Dir(), layers, ids)
+	must(t, err)
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev, Mounts: ms,
+		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"}})
 	must(t, err)
 	t.Cleanup(func() { l.Unmount(bg) })
+	ms.Close() // the layer keeps what it uses
 
 	got := asContainerRoot(t, ids, l.Mountpoint(), `stat -c '%n %u:%g' root.txt user.txt far.txt
 echo more >> root.txt && echo more >> ro.txt && echo more >> user.txt

@@ -8,13 +8,16 @@
 // process instead (the small computerd-sandbox binary, whose main is
 // HelperMain), so that their init is not the caller's larger image.
 //
-// A container gets a read-only root (read-only binds of the host's system
-// directories, or a root directory of the caller's choosing), a tmpfs /tmp,
-// the caller's directory read-write at /workspace, private PID, mount, IPC,
-// UTS, cgroup and network namespaces (loopback only: no network), Docker's
-// default capabilities less NET_RAW and MKNOD, no_new_privs, a seccomp deny
-// list, masked /proc paths, and cgroup memory, pids and CPU limits.
-// docs/SANDBOX.md describes the profile and the figures measured.
+// A container gets a user namespace whose root is an unprivileged host id
+// (Manager.IDs), a read-only root (read-only binds of the host's system
+// directories and an /etc of its own, or a root directory of the
+// caller's choosing), a tmpfs /tmp, the caller's directory read-write at
+// /workspace (idmapped, so that it keeps the host's ids), private PID,
+// mount, IPC, UTS, cgroup and network namespaces (loopback only: no
+// network), Docker's default capabilities less NET_RAW and MKNOD,
+// no_new_privs, a seccomp allow list, masked /proc paths, and cgroup
+// memory, pids and CPU limits. docs/SANDBOX.md describes the profile and
+// the figures measured.
 //
 // A Manager with Warm set makes containers ahead of need (warm.go): a Run
 // takes one, has its workspace attached and its command executed in it,
