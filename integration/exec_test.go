@@ -131,8 +131,14 @@ func TestExecKill(t *testing.T) {
 	e.ok("ws", "create", "w")
 	cl := client.New(e.d.URL(), e.token)
 	done := make(chan core.Exec)
+	wrote := make(chan struct{}, 1)
 	go func() {
-		rec, _ := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo hi > f.txt; sleep 1009"}}, nil)
+		rec, _ := cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo hi > f.txt; echo wrote; sleep 1009"}}, func(ev wire.ExecEvent) error {
+			if strings.Contains(string(ev.Bytes()), "wrote") {
+				wrote <- struct{}{}
+			}
+			return nil
+		})
 		done <- rec
 	}()
 	var id string
@@ -143,7 +149,11 @@ func TestExecKill(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-wrote: // the write happened: the kill comes during the sleep
+	case <-time.After(20 * time.Second):
+		t.Fatal("the command did not write in 20 s")
+	}
 	e.ok("kill", "w", id)
 	select {
 	case rec := <-done:

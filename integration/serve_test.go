@@ -21,6 +21,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 	}{
 		{[]string{"--sandbox-warm", "-1"}, "--sandbox-warm -1: want 0 to 64"},
 		{[]string{"--sandbox-warm", "65"}, "--sandbox-warm 65: want 0 to 64"},
+		{[]string{"--sandbox-id-base", "0"}, "--sandbox-id-base 0: want 1 to 4294901759"},
+		{[]string{"--sandbox-id-base", "4294967295"}, "--sandbox-id-base 4294967295: want 1 to 4294901759"},
 		{[]string{"--sandbox-helper", "/nonexistent/computerd-sandbox"}, "--sandbox-helper /nonexistent/computerd-sandbox"},
 		{[]string{"--retention", "last=0"}, "--retention: retention \"last=0\""},
 		{[]string{"--retention", "forever"}, "want \"all\" or rules for=AGE,last=N"},

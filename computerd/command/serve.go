@@ -17,6 +17,7 @@ import (
 
 	"computerd/computerd/api"
 	"computerd/computerd/daemon"
+	"computerd/computerd/idmap"
 	"computerd/core"
 	"computerd/fsstore"
 	"computerd/wire"
@@ -61,6 +62,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
+			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it", idmap.DefaultSize-1, idmap.DefaultSize-1), Value: idmap.DefaultBase},
 			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
 		Action: serve,
@@ -83,6 +85,10 @@ func serve(c *cli.Context) error {
 	}
 	if w := c.Int("sandbox-warm"); w < 0 || w > maxSandboxWarm {
 		return fmt.Errorf("--sandbox-warm %d: want 0 to %d", w, maxSandboxWarm)
+	}
+	ids := idmap.Range{Base: uint32(c.Uint64("sandbox-id-base")), Size: idmap.DefaultSize}
+	if b := c.Uint64("sandbox-id-base"); uint64(ids.Base) != b || ids.Validate() != nil {
+		return fmt.Errorf("--sandbox-id-base %d: want 1 to %d", b, 1<<32-1-idmap.DefaultSize)
 	}
 	retention, err := fsstore.ParsePolicy(c.String("retention"))
 	if err != nil {
@@ -139,6 +145,7 @@ func serve(c *cli.Context) error {
 		ExecMaxOutput:    c.Int64("exec-max-output"),
 		SandboxHelper:    helper,
 		SandboxWarm:      c.Int("sandbox-warm"),
+		SandboxIDs:       ids,
 		Retention:        retention,
 		GCInterval:       c.Duration("gc-interval"),
 		HTTP: daemon.HTTPTimeouts{

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/api"
+	"computerd/computerd/idmap"
 	"computerd/computerd/metrics"
 	"computerd/computerd/runner"
 	"computerd/computerd/sandbox"
@@ -55,6 +56,9 @@ type Config struct {
 	// that an exec starts at once (see sandbox.Manager.Warm); 0 makes each
 	// when its exec comes.
 	SandboxWarm int
+	// SandboxIDs are the host ids the containers' user namespaces map
+	// (zero: idmap.Default): a container's root is host id SandboxIDs.Base.
+	SandboxIDs idmap.Range
 	// ExecTimeout is the default exec timeout (0: DefaultExecTimeout).
 	ExecTimeout time.Duration
 	// ExecMaxLimits are the ceilings of what an exec may ask for (zero
@@ -267,7 +271,7 @@ func runDir(dataDir string) string { return filepath.Join(dataDir, "run") }
 // Then the sandbox makes its warm containers.
 func (d *Daemon) openRunner(ctx context.Context) error {
 	d.sandbox = &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
-		Warm: d.cfg.SandboxWarm}
+		Warm: d.cfg.SandboxWarm, IDs: d.cfg.SandboxIDs}
 	if d.sandbox.Helper != "" {
 		d.cfg.Log.Info("containers run from the sandbox helper", "helper", d.sandbox.Helper)
 	} else {

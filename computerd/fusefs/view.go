@@ -136,10 +136,14 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 		DirectMountFlags:  unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV,
 		AllowOther:        true,
 		Options:           []string{"default_permissions"},
-		MaxWrite:          1 << 20,
-		MaxReadAhead:      1 << 20,
-		DisableXAttrs:     true,
-		DisableSplice:     true,
+		// An exec's overlay takes the view through a mount idmapped with
+		// its container's ids (computerd/overlay), which FUSE allows only
+		// to a server that says so.
+		IDMappedMount: true,
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		DisableXAttrs: true,
+		DisableSplice: true,
 		// Nothing here ever changes: the kernel keeps pages across opens
 		// and never compares attributes to drop them.
 		ExplicitDataCacheControl: true,

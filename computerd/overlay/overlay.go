@@ -16,12 +16,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/idmap"
 	"computerd/computerd/mountinfo"
 	"computerd/core"
 	"computerd/fsstore"
@@ -41,6 +43,11 @@ type Options struct {
 	// the upper layer, overlayfs's work directory, the mount point and a
 	// record of the layer (for Recover).
 	Dir string
+	// Mounts, if set, are what the layer is made from (Dir must be in
+	// their layers directory): the overlay then shows the store's ids as
+	// a container with their ids expects them, for a sandbox.Spec with
+	// WorkspaceMapped. Nil: the layers as they are.
+	Mounts *Mounts
 	// Info is the template of the exec's commit (Source exec, tenant, exec id, message).
 	Info fsstore.CommitInfo
 	// Deliver, if set, replaces committing the changeset to the workspace
@@ -120,7 +127,7 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 	if err := writeFileSync(filepath.Join(opt.Dir, "layer.json"), rec); err != nil {
 		return nil, fmt.Errorf("overlay: %w", err)
 	}
-	if err := mount(l.lower, opt.Dir); err != nil {
+	if err := mount(l.lower, opt.Dir, opt.Mounts); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -144,18 +151,190 @@ func safeLabel(s string) string {
 	return string(b)
 }
 
-// mount mounts the overlay of lower and dir's upper layer at dir/mnt.
-func mount(lower, dir string) error {
+// Mounts are what every exec's overlay is made from: detached copies
+// (open_tree) of the mount of the revision view and of the mount of the
+// directory that holds the layers' directories, idmapped with the
+// containers' ids. Through them the overlay shows the store's id i as
+// host id ids.Base+i (the container's i), and what a container's id i
+// writes lands in the upper layer as i, so the upper layer (which Changes
+// reads directly) holds the store's ids. The copies are made once, not
+// per exec: the release of a detached copy waits for an RCU grace period,
+// which shows in the tail of an exec's mount (BenchmarkMount).
+type Mounts struct {
+	ids       idmap.Range
+	viewDir   string
+	layersDir string
+	view      int // descriptors of the copies
+	layers    int
+}
+
+// OpenMounts makes the copies of the mounts at viewDir (a fusefs.View's
+// directory) and layersDir (the parent of the layers' Dirs), idmapped
+// with ids. Close them before the view is unmounted: a copy keeps its
+// FUSE connection alive.
+func OpenMounts(viewDir, layersDir string, ids idmap.Range) (*Mounts, error) {
+	ns, err := ids.Userns()
+	if err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
+	}
+	m := &Mounts{ids: ids, viewDir: viewDir, layersDir: layersDir, view: -1, layers: -1}
+	if m.view, err = detachedCopy(viewDir, int(ns.Fd())); err != nil {
+		return nil, err
+	}
+	if m.layers, err = detachedCopy(layersDir, int(ns.Fd())); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close releases the copies (layers mounted from them keep theirs).
+func (m *Mounts) Close() error {
+	for _, fd := range []*int{&m.view, &m.layers} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	return nil
+}
+
+// open opens path, under dir, through the copy tree of dir's mount.
+func open(tree int, dir, path string) (int, error) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return -1, fmt.Errorf("overlay: %s is not under %s", path, dir)
+	}
+	fd, err := unix.Openat(tree, rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, fmt.Errorf("overlay: open %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// mount mounts the overlay of lower and dir's upper layer at dir/mnt,
+// from ms (nil: from copies of their own, not idmapped).
+//
+// The layers are given to overlayfs as descriptors of detached copies of
+// their mounts (fsconfig's "lowerdir+", "upperdir" and "workdir" take
+// descriptors), not as paths: the mount's options, which every
+// /proc/PID/mountinfo shows, then name the layers by their paths in those
+// copies ("/W-L3", "/x1/upper", ...), never by the host's (the data
+// directory's) paths.
+func mount(lower, dir string, ms *Mounts) error {
+	var ids idmap.Range
+	if ms == nil {
+		// The upper and work directories must be on one mount.
+		lowerTree, err := detachedCopy(lower, -1)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(lowerTree)
+		layerTree, err := detachedCopy(dir, -1)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(layerTree)
+		ms = &Mounts{viewDir: lower, layersDir: dir, view: lowerTree, layers: layerTree}
+	} else {
+		ids = ms.ids
+	}
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("overlay: fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for _, layer := range []struct{ key, path string }{
+		{"lowerdir+", lower}, {"upperdir", filepath.Join(dir, "upper")}, {"workdir", filepath.Join(dir, "work")},
+	} {
+		tree, under := ms.layers, ms.layersDir
+		if layer.key == "lowerdir+" {
+			tree, under = ms.view, ms.viewDir
+		}
+		fd, err := open(tree, under, layer.path)
+		if err != nil {
+			return err
+		}
+		err = unix.FsconfigSetFd(fsfd, layer.key, fd)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("overlay: %s %s: %w", layer.key, layer.path, err)
+		}
+	}
 	// redirect_dir off: renaming a directory of the lower layer fails with
 	// EXDEV, which mv, cp and package managers answer by copying (as in
 	// Docker's default); index and metacopy off: the upper layer holds
 	// whole files, nothing the changeset has to chase.
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,index=off,metacopy=off",
-		lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
-	if err := unix.Mount("overlay", filepath.Join(dir, "mnt"), "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+	for _, opt := range []string{"redirect_dir", "index", "metacopy"} {
+		if err := unix.FsconfigSetString(fsfd, opt, "off"); err != nil {
+			return fmt.Errorf("overlay: %s=off: %w", opt, err)
+		}
+	}
+	if err := createAs(fsfd, ids); err != nil {
 		return fmt.Errorf("overlay: mount over %s: %w", lower, err)
 	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("overlay: fsmount: %w", err)
+	}
+	defer unix.Close(mnt)
+	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, filepath.Join(dir, "mnt"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("overlay: move_mount: %w", err)
+	}
 	return nil
+}
+
+// detachedCopy returns a descriptor of a detached copy of the mount at
+// dir (open_tree), idmapped with the user namespace ns if it is not -1.
+func detachedCopy(dir string, ns int) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("overlay: open_tree %s: %w", dir, err)
+	}
+	if ns >= 0 {
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("overlay: idmap %s: %w", dir, err)
+		}
+	}
+	return fd, nil
+}
+
+// createAs creates the overlay's superblock. overlayfs does all its work
+// on the layers (copy-up, the work directory's files, whiteouts) with
+// the credentials of the task that created it; with ids, that task's
+// filesystem ids are the container's root (ids.Base), whose files the
+// idmapped upper layer can store (as 0), where host root's could not be
+// (EOVERFLOW). Its capabilities stay those of host root. It runs on a
+// thread of its own, which ends with it.
+func createAs(fsfd int, ids idmap.Range) error {
+	if ids == (idmap.Range{}) {
+		return unix.FsconfigCreate(fsfd)
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread's credentials change
+		// setfsuid and setfsgid change this thread only (the raw system
+		// calls, unlike syscall.Setuid, are not applied to every thread).
+		unix.Setfsgid(int(ids.Base))
+		unix.Setfsuid(int(ids.Base))
+		// Leaving fsuid 0 clears the file capabilities from the effective
+		// set; they are still permitted.
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var caps [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &caps[0]); err != nil {
+			done <- fmt.Errorf("capget: %w", err)
+			return
+		}
+		caps[0].Effective, caps[1].Effective = caps[0].Permitted, caps[1].Permitted
+		if err := unix.Capset(&hdr, &caps[0]); err != nil {
+			done <- fmt.Errorf("capset: %w", err)
+			return
+		}
+		done <- unix.FsconfigCreate(fsfd)
+	}()
+	return <-done
 }
 
 // Mountpoint is the directory to bind at /workspace.

@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"computerd/computerd/fusefs"
 	"computerd/computerd/fusefs/treetest"
+	"computerd/computerd/idmap"
 	"computerd/computerd/overlay"
 	"computerd/core"
 	"computerd/fsstore"
@@ -310,5 +315,88 @@ func TestRandomChanges(t *testing.T) {
 				t.Fatalf("seed %d: committed tree differs from what the command saw:\n%s", seed, treetest.Diff(got, want))
 			}
 		})
+	}
+}
+
+// asContainerRoot runs script in sh as root of a user namespace that maps
+// ids, with the capabilities a sandbox's root has over files, in dir
+// (passed as a descriptor: the container's root may not search the
+// directories above it). It returns the output.
+func asContainerRoot(t *testing.T, ids idmap.Range, dir, script string) string {
+	t.Helper()
+	d, err := os.Open(dir)
+	must(t, err)
+	defer d.Close()
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}}
+	cmd := exec.Command("/bin/sh", "-c", "cd /proc/self/fd/3 && "+script)
+	cmd.ExtraFiles = []*os.File{d}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+		Credential:  &syscall.Credential{Uid: 0, Gid: 0},
+		AmbientCaps: []uintptr{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER},
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}
+
+// TestIDMappedLayers opens a layer with IDs, as an exec's is, and writes
+// through it as a container's root: the overlay shows the store's ids as
+// the container's, what root makes is stored as owned by 0, a chown to
+// 1000 is stored as 1000, root may write a file root owns (a copy-up), an
+// id beyond the range shows as nobody; and the mount table names no
+// directory of the host.
+func TestIDMappedLayers(t *testing.T) {
+	f := newFixture(t)
+	ids := idmap.Default
+	b := &core.Batch{}
+	b.WriteFile("root.txt", []byte("r\n"), 0o644).WriteFile("ro.txt", []byte("ro\n"), 0o444)
+	b.WriteFile("user.txt", []byte("u\n"), 0o600).WriteFile("far.txt", []byte("f\n"), 0o644)
+	b.Add(core.Op{Kind: core.OpChown, Path: "user.txt", UID: 1000, GID: 1000}, core.Op{Kind: core.OpChown, Path: "far.txt", UID: 70000, GID: 70000})
+	base := f.commit(t, b)
+	layers := filepath.Join(f.dir, "layers")
+	must(t, os.Mkdir(layers, 0o700))
+	ms, err := overlay.OpenMounts(f.view.Dir(), layers, ids)
+	must(t, err)
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev, Mounts: ms,
+		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"}})
+	must(t, err)
+	t.Cleanup(func() { l.Unmount(bg) })
+	ms.Close() // the layer keeps what it uses
+
+	got := asContainerRoot(t, ids, l.Mountpoint(), `stat -c '%n %u:%g' root.txt user.txt far.txt
+echo more >> root.txt && echo more >> ro.txt && echo more >> user.txt
+echo new > new.txt && mkdir newdir && echo g > given.txt && chown 1000:1000 given.txt newdir`)
+	if want := "root.txt 0:0\nuser.txt 1000:1000\nfar.txt 65534:65534\n"; got != want {
+		t.Errorf("the container sees %q, want %q", got, want)
+	}
+	mi, err := os.ReadFile("/proc/thread-self/mountinfo")
+	must(t, err)
+	for _, line := range strings.Split(string(mi), "\n") {
+		if strings.Contains(line, l.Mountpoint()) && strings.Contains(line[strings.Index(line, " - "):], f.dir) {
+			t.Errorf("the overlay's options name a host directory: %s", line)
+		}
+	}
+
+	rev, changed, err := l.Commit(bg)
+	if err != nil || !changed {
+		t.Fatalf("commit: %v %v", changed, err)
+	}
+	sn, err := f.st.Snapshot(bg, f.ws.ID, rev.Rev)
+	must(t, err)
+	for p, want := range map[string]string{"root.txt": "0:0 r\nmore\n", "ro.txt": "0:0 ro\nmore\n", "user.txt": "1000:1000 u\nmore\n",
+		"new.txt": "0:0 new\n", "given.txt": "1000:1000 g\n", "newdir": "1000:1000 ", "far.txt": "70000:70000 f\n"} {
+		st, err := sn.Stat(bg, p)
+		must(t, err)
+		var data []byte
+		if !st.Mode.IsDir() {
+			data, err = sn.ReadFile(bg, p)
+			must(t, err)
+		}
+		if got := fmt.Sprintf("%d:%d %s", st.UID, st.GID, data); got != want {
+			t.Errorf("%s in the store: %q, want %q", p, got, want)
+		}
 	}
 }

@@ -106,8 +106,11 @@ type Runner struct {
 	Remote *Remote
 
 	// view serves the revisions execs start from (Dir/view), from Open
-	// to Close; every exec's /workspace is an overlay over it.
-	view *fusefs.View
+	// to Close; every exec's /workspace is an overlay over it, made from
+	// mounts (the view and the layers' directory, idmapped with the
+	// containers' ids).
+	view   *fusefs.View
+	mounts *overlay.Mounts
 
 	mu      sync.Mutex
 	running map[string]*run
@@ -224,9 +227,12 @@ func (r *Runner) Open(ctx context.Context) error {
 	opened := false
 	defer func() {
 		if !opened {
-			r.view.Close(context.WithoutCancel(ctx))
+			r.closeView(context.WithoutCancel(ctx))
 		}
 	}()
+	if r.mounts, err = overlay.OpenMounts(r.viewPath(), filepath.Join(r.Dir, "layers"), r.Sandbox.MappedIDs()); err != nil {
+		return err
+	}
 	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); err != nil {
 		return fmt.Errorf("recover exec layers: %w", err)
 	}
@@ -486,7 +492,8 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	begin := time.Now()
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
-		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
+		Mounts: r.mounts,
+		Info:   fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
 	var homeKept string
 	if r.Remote != nil {
@@ -506,7 +513,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		stdin = strings.NewReader(string(req.Stdin))
 	}
 	res, runErr := r.Sandbox.Run(ctx, sandbox.Spec{
-		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir,
+		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir, WorkspaceMapped: true,
 		Limits: req.Limits, Timeout: timeout,
 	}, func(ev sandbox.Event) { out.output(ev.Stream, ev.Data) })
 	if r.Metrics != nil && res.Duration > 0 {
@@ -686,7 +693,16 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	err := group.Wait()
 	r.stop(errShutdown)
-	return errors.Join(err, r.view.Close(context.WithoutCancel(ctx)))
+	return errors.Join(err, r.closeView(context.WithoutCancel(ctx)))
+}
+
+// closeView unmounts the revision view, after the copies of its mount
+// (which would keep its FUSE connection).
+func (r *Runner) closeView(ctx context.Context) error {
+	if r.mounts != nil {
+		r.mounts.Close()
+	}
+	return r.view.Close(ctx)
 }
 
 // outputLog is an exec's event log: a file, plus a way for followers to

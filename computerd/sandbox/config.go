@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"computerd/computerd/idmap"
 	"computerd/core"
 
 	"github.com/opencontainers/cgroups"
@@ -40,7 +41,7 @@ var Capabilities = []string{
 
 // MaskedPaths are hidden inside a container (a file by /dev/null, a
 // directory by an empty read-only tmpfs): Docker's list for /proc and
-// /sys, and the host's secrets in the /etc that the default root binds.
+// /sys.
 var MaskedPaths = []string{
 	"/proc/asound",
 	"/proc/acpi",
@@ -54,15 +55,6 @@ var MaskedPaths = []string{
 	"/proc/scsi",
 	"/sys/firmware",
 	"/sys/devices/virtual/powercap",
-	"/etc/shadow",
-	"/etc/shadow-",
-	"/etc/gshadow",
-	"/etc/gshadow-",
-	"/etc/ssh",
-	"/etc/ssl/private",
-	"/etc/sudoers",
-	"/etc/sudoers.d",
-	"/etc/security/opasswd",
 }
 
 // ReadonlyPaths are remounted read-only inside a container (Docker's list).
@@ -155,6 +147,7 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, l core.Limits) (*conf
 		Devices:           devs,
 		Hostname:          "sandbox",
 		Namespaces: configs.Namespaces{
+			{Type: configs.NEWUSER},
 			{Type: configs.NEWNS},
 			{Type: configs.NEWUTS},
 			{Type: configs.NEWIPC},
@@ -162,6 +155,8 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, l core.Limits) (*conf
 			{Type: configs.NEWNET},
 			{Type: configs.NEWCGROUP},
 		},
+		UIDMappings:  idMappings(m.ids()),
+		GIDMappings:  idMappings(m.ids()),
 		Networks:     []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
 		Capabilities: caps,
 		Cgroups: &cgroups.Cgroup{
@@ -184,18 +179,41 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, l core.Limits) (*conf
 	}, nil
 }
 
-// workspaceMount is what goes at /workspace: a bind of the host directory
-// dir, or if it is empty a tmpfs of tmpSize bytes.
-func workspaceMount(dir string, tmpSize int64) *configs.Mount {
+// idMappings is the user namespace map of ids.
+func idMappings(ids idmap.Range) []configs.IDMap {
+	return []configs.IDMap{{ContainerID: 0, HostID: int64(ids.Base), Size: int64(ids.Size)}}
+}
+
+// workspaceMount is what a container made for its Run gets at
+// /workspace: a bind of the host directory dir, through a mount idmapped
+// with ids unless dir shows the container's ids already (mapped), or if
+// dir is empty a tmpfs of tmpSize bytes.
+func workspaceMount(dir string, mapped bool, ids idmap.Range, tmpSize int64) (*configs.Mount, error) {
 	if dir == "" {
-		return &configs.Mount{
-			Source: "tmpfs", Destination: "/workspace", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
-			Data: "mode=755,size=" + strconv.FormatInt(tmpSize, 10),
-		}
+		return workspaceTmpfs(tmpSize, ""), nil
 	}
-	return &configs.Mount{
+	m := &configs.Mount{
 		Source: dir, Destination: "/workspace", Device: "bind",
 		Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
+	}
+	if !mapped {
+		ns, err := ids.Userns()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		// libcontainer opens it from this process: its descriptor will do.
+		m.IDMapping = &configs.MountIDMapping{UserNSPath: "/proc/self/fd/" + strconv.Itoa(int(ns.Fd()))}
+	}
+	return m, nil
+}
+
+// workspaceTmpfs is a tmpfs of size bytes at /workspace; owner adds the
+// mount options that set its owner, where the mounter is not the
+// container's root.
+func workspaceTmpfs(size int64, owner string) *configs.Mount {
+	return &configs.Mount{
+		Source: "tmpfs", Destination: "/workspace", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV,
+		Data: "mode=755,size=" + strconv.FormatInt(size, 10) + owner,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"computerd/computerd/idmap"
 	"computerd/computerd/procfd"
 	"computerd/core"
 )
@@ -42,6 +43,7 @@ type helperConfig struct {
 	Limits    core.Limits   `json:"limits"`
 	Timeout   time.Duration `json:"timeout"`
 	HostDirs  []string      `json:"host_dirs"`
+	IDs       idmap.Range   `json:"ids"`
 	NoSeccomp bool          `json:"no_seccomp"`
 	Warm      int           `json:"warm"`
 }
@@ -55,6 +57,7 @@ type helperSpec struct {
 	Stdin        []byte        `json:"stdin"`
 	HasStdin     bool          `json:"has_stdin"`
 	WorkspaceDir string        `json:"workspace_dir"`
+	Mapped       bool          `json:"workspace_mapped"`
 	Rootfs       string        `json:"rootfs"`
 	Limits       core.Limits   `json:"limits"`
 	Timeout      time.Duration `json:"timeout"`
@@ -114,7 +117,7 @@ func HelperMain() {
 		fmt.Fprintln(os.Stderr, "computerd-sandbox: started by computerd only (bad configuration argument)")
 		os.Exit(2)
 	}
-	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, NoSeccomp: cfg.NoSeccomp, Warm: cfg.Warm}
+	m := &Manager{StateDir: cfg.StateDir, Limits: cfg.Limits, Timeout: cfg.Timeout, HostDirs: cfg.HostDirs, IDs: cfg.IDs, NoSeccomp: cfg.NoSeccomp, Warm: cfg.Warm}
 	if err := m.Warmup(); err != nil {
 		// Runs still work: each makes its container.
 		fmt.Fprintln(os.Stderr, "computerd-sandbox: no warm containers:", err)
@@ -167,7 +170,8 @@ func serveHelper(m *Manager, conn io.ReadWriteCloser) {
 				defer wg.Done()
 				defer stop()
 				spec := Spec{ID: hs.ID, Argv: hs.Argv, Env: hs.Env, Cwd: hs.Cwd, WorkspaceDir: hs.WorkspaceDir,
-					Rootfs: hs.Rootfs, Limits: hs.Limits, Timeout: hs.Timeout}
+					WorkspaceMapped: hs.Mapped,
+					Rootfs:          hs.Rootfs, Limits: hs.Limits, Timeout: hs.Timeout}
 				if hs.HasStdin {
 					spec.Stdin = bytes.NewReader(hs.Stdin)
 				}
@@ -242,7 +246,7 @@ func (m *Manager) helper() (*helperClient, error) {
 			_, _ = m.sweepWarm(context.Background())
 		}
 	}
-	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, NoSeccomp: m.NoSeccomp, Warm: m.Warm})
+	cfg, err := json.Marshal(helperConfig{StateDir: m.StateDir, Limits: m.Limits, Timeout: m.Timeout, HostDirs: m.HostDirs, IDs: m.IDs, NoSeccomp: m.NoSeccomp, Warm: m.Warm})
 	if err != nil {
 		return nil, err
 	}
@@ -368,6 +372,7 @@ func inMemory(r io.Reader) ([]byte, bool) {
 // the helper (its Stdin is not in memory).
 func (m *Manager) runHelper(ctx context.Context, spec Spec, out func(Event)) (res Result, ok bool, err error) {
 	hs := &helperSpec{ID: spec.ID, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, WorkspaceDir: spec.WorkspaceDir,
+		Mapped: spec.WorkspaceMapped,
 		Rootfs: spec.Rootfs, Limits: spec.Limits, Timeout: spec.Timeout}
 	if spec.Stdin != nil {
 		if hs.Stdin, hs.HasStdin = inMemory(spec.Stdin); !hs.HasStdin {

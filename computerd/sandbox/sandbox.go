@@ -8,13 +8,16 @@
 // process instead (the small computerd-sandbox binary, whose main is
 // HelperMain), so that their init is not the caller's larger image.
 //
-// A container gets a read-only root (read-only binds of the host's system
-// directories, or a root directory of the caller's choosing), a tmpfs /tmp,
-// the caller's directory read-write at /workspace, private PID, mount, IPC,
-// UTS, cgroup and network namespaces (loopback only: no network), Docker's
-// default capabilities less NET_RAW and MKNOD, no_new_privs, a seccomp deny
-// list, masked /proc paths, and cgroup memory, pids and CPU limits.
-// docs/SANDBOX.md describes the profile and the figures measured.
+// A container gets a user namespace whose root is an unprivileged host id
+// (Manager.IDs), a read-only root (read-only binds of the host's system
+// directories and an /etc of its own, or a root directory of the
+// caller's choosing), a tmpfs /tmp, the caller's directory read-write at
+// /workspace (idmapped, so that it keeps the host's ids), private PID,
+// mount, IPC, UTS, cgroup and network namespaces (loopback only: no
+// network), Docker's default capabilities less NET_RAW and MKNOD,
+// no_new_privs, a seccomp allow list, masked /proc paths, and cgroup
+// memory, pids and CPU limits. docs/SANDBOX.md describes the profile and
+// the figures measured.
 //
 // A Manager with Warm set makes containers ahead of need (warm.go): a Run
 // takes one, has its workspace attached and its command executed in it,
@@ -44,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"computerd/computerd/idmap"
 	"computerd/core"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -93,8 +97,16 @@ type Spec struct {
 	// does not wait for a Read on it that never returns.
 	Stdin io.Reader
 	// WorkspaceDir is the host directory bind-mounted read-write at
-	// /workspace. Empty means an empty tmpfs there.
+	// /workspace, through a mount idmapped with the Manager's IDs: a file
+	// the host has as owned by id i shows inside as owned by i, and what
+	// the container's root creates is owned by 0 on the host. Empty means
+	// an empty tmpfs there.
 	WorkspaceDir string
+	// WorkspaceMapped says WorkspaceDir shows the container's ids already
+	// (host id IDs.Base+i for the container's i: an overlay over layers
+	// idmapped so, as computerd/overlay mounts one, for overlayfs itself
+	// cannot be idmapped): it is bound as it is.
+	WorkspaceMapped bool
 	// Rootfs is a host directory used as the read-only root. Empty means the
 	// Manager's default root: read-only binds of the host's system
 	// directories (Manager.HostDirs) over an empty directory.
@@ -151,15 +163,16 @@ var DefaultEnv = []string{
 
 // DefaultHostDirs are the host directories bound read-only into the
 // default root. Symbolic links among them (merged /usr) are recreated as
-// links; missing ones are skipped.
-var DefaultHostDirs = []string{"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"}
+// links; missing ones are skipped. /etc is not among them: the default
+// root has an /etc of its own (etc.go).
+var DefaultHostDirs = []string{"/usr", "/bin", "/lib", "/lib64", "/sbin"}
 
 // Manager runs containers whose state lives under StateDir. Its zero
 // fields take defaults; it is safe for concurrent use once its fields are
 // set.
 type Manager struct {
-	// StateDir holds libcontainer's state (StateDir/containers) and the
-	// default root directory (StateDir/rootfs). One Manager per StateDir.
+	// StateDir holds libcontainer's state (StateDir/containers). One
+	// Manager per StateDir. (The default root lives under RootsDir.)
 	StateDir string
 	// Limits are the defaults for Spec.Limits (zero fields: DefaultLimits).
 	Limits core.Limits
@@ -167,6 +180,9 @@ type Manager struct {
 	Timeout time.Duration
 	// HostDirs replaces DefaultHostDirs when not nil.
 	HostDirs []string
+	// IDs are the host ids a container's user namespace maps (zero:
+	// idmap.Default): its root is host id IDs.Base.
+	IDs idmap.Range
 	// NoSeccomp turns the seccomp filter off (for measuring its cost).
 	NoSeccomp bool
 	// Helper is the path of the helper binary (computerd-sandbox) that runs
@@ -178,8 +194,8 @@ type Manager struct {
 	// containers are made from then on (or from Warmup) until Close.
 	Warm int
 
-	prepMu   sync.Mutex
-	prepared bool
+	prepMu sync.Mutex
+	root   string // the default root, once made
 
 	helperMu   sync.Mutex
 	helperConn *helperClient
@@ -189,8 +205,11 @@ type Manager struct {
 	poolClosed bool
 }
 
+// MappedIDs are the host ids its containers' user namespaces map: IDs,
+// or the default.
+func (m *Manager) MappedIDs() idmap.Range { return m.ids() }
+
 func (m *Manager) containersDir() string { return filepath.Join(m.StateDir, "containers") }
-func (m *Manager) rootDir() string       { return filepath.Join(m.StateDir, "rootfs") }
 
 // Run runs spec.Argv in a fresh container and returns when it has ended and
 // the container is gone. out, if not nil, receives the output as it is
@@ -536,14 +555,19 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 			return nil, fmt.Errorf("%w: cwd %q is not a directory in the workspace", ErrInvalidSpec, spec.Cwd)
 		}
 	}
+	ids := m.ids()
+	if err := ids.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
 	rootfs := spec.Rootfs
 	if rootfs == "" {
-		if err := m.prepareRoot(); err != nil {
+		if rootfs, err = m.prepareRoot(); err != nil {
 			return nil, err
 		}
-		rootfs = m.rootDir()
 	} else if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("%w: rootfs %q is not a directory", ErrInvalidSpec, rootfs)
+	} else if err := searchable(rootfs, ids); err != nil {
+		return nil, fmt.Errorf("%w: rootfs: %w", ErrInvalidSpec, err)
 	}
 	limits := spec.Limits.Or(m.Limits).Or(DefaultLimits)
 	if limits.Memory < 4<<20 || limits.Pids < 1 || limits.CPUs <= 0 || limits.Tmp < 0 {
@@ -553,7 +577,11 @@ func (m *Manager) prepare(spec Spec) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Mounts = append(cfg.Mounts, workspaceMount(spec.WorkspaceDir, limits.Tmp))
+	ws, err := workspaceMount(spec.WorkspaceDir, spec.WorkspaceMapped, ids, limits.Tmp)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mounts = append(cfg.Mounts, ws)
 	return &run{id: id, env: env, cwd: cwd, limits: limits, config: cfg}, nil
 }
 
@@ -607,52 +635,6 @@ func workdir(cwd string) (string, error) {
 		return "", fmt.Errorf("%w: cwd %q is not under /workspace", ErrInvalidSpec, cwd)
 	}
 	return p, nil
-}
-
-// prepareRoot makes the default root directory once: mount points for the
-// container's mounts, and the host's top-level links (merged /usr).
-func (m *Manager) prepareRoot() error {
-	m.prepMu.Lock()
-	defer m.prepMu.Unlock()
-	if m.prepared {
-		return nil
-	}
-	root := m.rootDir()
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("%w: %w", ErrStart, err)
-	}
-	for _, d := range []string{"proc", "dev", "sys", "tmp", "workspace"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return fmt.Errorf("%w: %w", ErrStart, err)
-		}
-	}
-	for _, hd := range m.hostDirs() {
-		fi, err := os.Lstat(hd)
-		if err != nil {
-			continue
-		}
-		dst := filepath.Join(root, hd)
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(hd)
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrStart, err)
-			}
-			if cur, err := os.Readlink(dst); err == nil && cur == target {
-				continue
-			}
-			_ = os.Remove(dst)
-			if err := os.Symlink(target, dst); err != nil {
-				return fmt.Errorf("%w: %w", ErrStart, err)
-			}
-		case fi.IsDir():
-			if err := os.MkdirAll(dst, 0o755); err != nil {
-				return fmt.Errorf("%w: %w", ErrStart, err)
-			}
-		}
-	}
-	m.prepared = true
-	return nil
 }
 
 func (m *Manager) hostDirs() []string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -12,11 +13,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter is a deny list in the spirit of Docker's default
-// profile: the syscalls below fail with EPERM, clone3 fails with ENOSYS (so
-// that libc falls back to clone, whose flags a filter can inspect), clone
-// fails with EPERM when asked for new namespaces, and every syscall of a
-// foreign ABI (i386, x32) fails with EPERM. Everything else is allowed.
+// The seccomp filter is an allow list in the spirit of Docker's default
+// profile: the syscalls below are allowed (allowedSyscalls, and those of
+// allowedArchSyscalls the architecture has), for the capabilities a
+// container holds; a few are allowed with some arguments only:
+//
+//   - clone, unless its flags ask for a namespace (EPERM);
+//   - clone3 fails with ENOSYS, so that libc and Go fall back to clone,
+//     whose flags a filter can read (as Docker does);
+//   - socket, except for AF_VSOCK (it reaches the hypervisor and other
+//     machines' guests, and network namespaces do not confine it), AF_ALG
+//     (the kernel's crypto API: attack surface no tool needs) and
+//     families this table does not know: EAFNOSUPPORT, as from a kernel
+//     without them;
+//   - personality, only to query or to ask for what Docker allows
+//     (PER_LINUX, PER_LINUX32, UNAME26).
+//
+// Every other syscall fails with EPERM, but one newer than the tables
+// (above lastKnownSyscall) fails with ENOSYS, as on a kernel that lacks
+// it, so that libc falls back to an older one. Every syscall of a foreign
+// ABI (i386, x32) fails with EPERM.
+//
+// Left out, unlike Docker's profile: ptrace, process_vm_readv and
+// process_vm_writev (Docker allows them on kernels from 4.8; here a
+// container cannot trace its processes) and name_to_handle_at. Docker's
+// capability-gated entries follow the capabilities held here: of them,
+// only chroot (CAP_SYS_CHROOT).
 //
 // libcontainer applies seccomp only when built with libseccomp and the
 // "seccomp" build tag; this package builds its own classic BPF program
@@ -25,62 +47,17 @@ import (
 // set up the container (which needs mount, pivot_root and friends) and
 // before the init is allowed to exec.
 
-// deniedSyscalls are the syscalls that fail with EPERM on every
-// architecture; deniedArchSyscalls adds those only some have.
-var deniedSyscalls = []uintptr{
-	unix.SYS_ACCT,
-	unix.SYS_ADD_KEY,
-	unix.SYS_BPF,
-	unix.SYS_CLOCK_ADJTIME,
-	unix.SYS_CLOCK_SETTIME,
-	unix.SYS_DELETE_MODULE,
-	unix.SYS_FANOTIFY_INIT,
-	unix.SYS_FINIT_MODULE,
-	unix.SYS_FSCONFIG,
-	unix.SYS_FSMOUNT,
-	unix.SYS_FSOPEN,
-	unix.SYS_FSPICK,
-	unix.SYS_INIT_MODULE,
-	unix.SYS_IO_URING_ENTER,
-	unix.SYS_IO_URING_REGISTER,
-	unix.SYS_IO_URING_SETUP,
-	unix.SYS_KCMP,
-	unix.SYS_KEXEC_FILE_LOAD,
-	unix.SYS_KEXEC_LOAD,
-	unix.SYS_KEYCTL,
-	unix.SYS_LOOKUP_DCOOKIE,
-	unix.SYS_MIGRATE_PAGES,
-	unix.SYS_MOUNT,
-	unix.SYS_MOUNT_SETATTR,
-	unix.SYS_MOVE_MOUNT,
-	unix.SYS_MOVE_PAGES,
-	unix.SYS_NAME_TO_HANDLE_AT,
-	unix.SYS_OPEN_BY_HANDLE_AT,
-	unix.SYS_OPEN_TREE,
-	unix.SYS_PERF_EVENT_OPEN,
-	unix.SYS_PIDFD_GETFD,
-	unix.SYS_PIVOT_ROOT,
-	unix.SYS_PROCESS_VM_READV,
-	unix.SYS_PROCESS_VM_WRITEV,
-	unix.SYS_PTRACE,
-	unix.SYS_QUOTACTL,
-	unix.SYS_QUOTACTL_FD,
-	unix.SYS_REBOOT,
-	unix.SYS_REQUEST_KEY,
-	unix.SYS_SETNS,
-	unix.SYS_SETTIMEOFDAY,
-	unix.SYS_SWAPOFF,
-	unix.SYS_SWAPON,
-	unix.SYS_SYSLOG,
-	unix.SYS_UMOUNT2,
-	unix.SYS_UNSHARE,
-	unix.SYS_USERFAULTFD,
-	unix.SYS_VHANGUP,
-}
-
 // namespaceCloneFlags are the clone flags that create namespaces.
 const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// Socket families refused: AF_VSOCK, AF_ALG, and any from
+// socketFamiliesKnown on (AF_MCTP, 45, is the last one this table knows).
+const socketFamiliesKnown = unix.AF_MCTP + 1
+
+// allowedPersonalities are the personality arguments allowed: PER_LINUX,
+// PER_LINUX32, UNAME26 with each, and the query (0xffffffff).
+var allowedPersonalities = []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
 // Offsets into struct seccomp_data.
 const (
@@ -89,48 +66,124 @@ const (
 	offArg0 = 16 // low 32 bits on little-endian machines
 )
 
-// filterProgram is the classic BPF program of the filter.
+// filterProgram is the classic BPF program of the filter. Its returns
+// are each next to the test that leads to them, so that no conditional
+// jump has to reach far (255 instructions at most).
 func filterProgram() ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
 	}
-	const (
-		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-	)
-	st := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-	jmp := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
-	}
-	errno := func(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
-	eperm := st(ret, errno(unix.EPERM))
-
+	allow := ret(unix.SECCOMP_RET_ALLOW)
+	eperm := ret(errnoAction(unix.EPERM))
+	enosys := ret(errnoAction(unix.ENOSYS))
+	eafnosupport := ret(errnoAction(unix.EAFNOSUPPORT))
 	p := []unix.SockFilter{
-		st(ld, offArch),
-		jmp(jeq, auditArch, 1, 0),
+		ld(offArch),
+		jump(jeq, auditArch, 1, 0),
 		eperm,
-		st(ld, offNr),
+		ld(offNr),
 	}
 	if x32Bit != 0 {
-		p = append(p, jmp(jge, x32Bit, 0, 1), eperm)
+		p = append(p, jump(jge, x32Bit, 0, 1), eperm)
 	}
-	for _, nr := range append(deniedSyscalls, deniedArchSyscalls...) {
-		p = append(p, jmp(jeq, uint32(nr), 0, 1), eperm)
+	// on adds a block run for syscall nr (which ends in returns).
+	on := func(nr uintptr, block ...unix.SockFilter) {
+		p = append(p, jump(jeq, uint32(nr), 0, uint8(len(block))))
+		p = append(p, block...)
 	}
-	p = append(p,
-		jmp(jeq, uint32(unix.SYS_CLONE3), 0, 1),
-		st(ret, errno(unix.ENOSYS)),
-		jmp(jeq, uint32(unix.SYS_CLONE), 0, 3),
-		st(ld, offArg0),
-		jmp(jset, namespaceCloneFlags, 0, 1),
+	on(unix.SYS_CLONE3, enosys)
+	on(unix.SYS_CLONE,
+		ld(offArg0),
+		jump(jset, namespaceCloneFlags, 0, 1),
 		eperm,
-		st(ret, unix.SECCOMP_RET_ALLOW),
+		allow,
 	)
+	on(unix.SYS_SOCKET,
+		ld(offArg0),
+		jump(jeq, unix.AF_VSOCK, 2, 0),
+		jump(jeq, unix.AF_ALG, 1, 0),
+		jump(jge, socketFamiliesKnown, 0, 1),
+		eafnosupport,
+		allow,
+	)
+	personality := []unix.SockFilter{ld(offArg0)}
+	for i, v := range allowedPersonalities {
+		personality = append(personality, jump(jeq, v, uint8(len(allowedPersonalities)-i), 0))
+	}
+	on(unix.SYS_PERSONALITY, append(personality, eperm, allow)...)
+	p = append(p, jump(jgt, lastKnownSyscall, 0, 1), enosys)
+	p = append(p, search(allowedRanges())...)
+	if len(p) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp filter: %d instructions", len(p))
+	}
 	return p, nil
 }
+
+// search is a binary search of the accumulator (a syscall number) in
+// rs: it returns allow for a number in one of them, EPERM for any other.
+func search(rs []syscallRange) []unix.SockFilter {
+	if len(rs) == 1 {
+		return []unix.SockFilter{
+			jump(jge, rs[0].lo, 0, 2),
+			jump(jgt, rs[0].hi, 1, 0),
+			ret(unix.SECCOMP_RET_ALLOW),
+			ret(errnoAction(unix.EPERM)),
+		}
+	}
+	mid := len(rs) / 2
+	left, right := search(rs[:mid]), search(rs[mid:])
+	var p []unix.SockFilter
+	if len(left) <= 255 {
+		p = append(p, jump(jge, rs[mid].lo, uint8(len(left)), 0))
+	} else {
+		p = append(p, jump(jge, rs[mid].lo, 0, 1), unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JA, K: uint32(len(left))})
+	}
+	return append(append(p, left...), right...)
+}
+
+func ld(off uint32) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
+}
+
+func ret(action uint32) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: action}
+}
+
+func jump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
+	return unix.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
+}
+
+func errnoAction(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+
+// syscallRange is allowed syscall numbers lo to hi.
+type syscallRange struct{ lo, hi uint32 }
+
+// allowedRanges are the allowed syscalls as sorted ranges of numbers.
+func allowedRanges() []syscallRange {
+	nrs := make([]uint32, 0, len(allowedSyscalls)+len(allowedArchSyscalls))
+	for _, nr := range append(slices.Clone(allowedSyscalls), allowedArchSyscalls...) {
+		nrs = append(nrs, uint32(nr))
+	}
+	slices.Sort(nrs)
+	nrs = slices.Compact(nrs)
+	var rs []syscallRange
+	for _, nr := range nrs {
+		if n := len(rs); n > 0 && rs[n-1].hi+1 == nr {
+			rs[n-1].hi = nr
+			continue
+		}
+		rs = append(rs, syscallRange{nr, nr})
+	}
+	return rs
+}
+
+// Jump kinds of the program.
+const (
+	jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	jgt  = unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K
+	jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+)
 
 // installFilter applies the filter to every thread of this process, and so
 // to whatever it executes next.

@@ -4,8 +4,9 @@ package sandbox
 
 // No filter for this architecture: Run fails unless Manager.NoSeccomp.
 const (
-	auditArch = 0
-	x32Bit    = 0
+	auditArch        = 0
+	x32Bit           = 0
+	lastKnownSyscall = 0
 )
 
-var deniedArchSyscalls []uintptr
+var allowedSyscalls, allowedArchSyscalls []uintptr

@@ -127,7 +127,7 @@ func (m *Manager) warmPool() (*warmPool, error) {
 	if m.StateDir == "" {
 		return nil, fmt.Errorf("%w: Manager.StateDir not set", ErrInvalidSpec)
 	}
-	if err := m.prepareRoot(); err != nil {
+	if _, err := m.prepareRoot(); err != nil {
 		return nil, err
 	}
 	p := &warmPool{
@@ -245,7 +245,11 @@ func (m *Manager) newWarm(limits core.Limits) (*warmContainer, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := warmPrefix + hex.EncodeToString(b[:])
-	cfg, err := m.config(id, m.rootDir(), true, limits) // /workspace comes with the Run
+	root, err := m.prepareRoot()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := m.config(id, root, true, limits) // /workspace comes with the Run
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +357,7 @@ func (m *Manager) runJob(w *warmContainer, job *warmJob) {
 			return
 		}
 	}
-	if err := mountWorkspace(w.p, job.spec.WorkspaceDir, job.r.limits.Tmp); err != nil {
+	if err := m.mountWorkspace(w.p, job.spec, job.r.limits.Tmp); err != nil {
 		err = m.abort(w.container, fmt.Errorf("mount the workspace: %w", err))
 		if errors.Is(err, unix.ESRCH) {
 			job.stale = true // the stub died while it waited
@@ -396,12 +400,14 @@ func (m *Manager) runJob(w *warmContainer, job *warmJob) {
 	job.res, job.err = m.finish(job.ctx, w.container, job.spec.Stdin, m.timeout(job.spec), start, job.out)
 }
 
-// mountWorkspace mounts dir (or, if it is empty, a new tmpfs of tmpSize
-// bytes) at /workspace in the mount namespace of the container whose init
-// is p, nosuid and nodev as a container made for the Run would have it.
-func mountWorkspace(p *libcontainer.Process, dir string, tmpSize int64) error {
+// mountWorkspace mounts spec's workspace directory (idmapped as a
+// container made for the Run would have it, see workspaceMount), or if
+// there is none a new tmpfs of tmpSize bytes, at /workspace in the mount
+// namespace of the container whose init is p, nosuid and nodev.
+func (m *Manager) mountWorkspace(p *libcontainer.Process, spec Spec, tmpSize int64) error {
+	ids := m.ids()
 	tree := -1
-	if dir != "" {
+	if dir := spec.WorkspaceDir; dir != "" {
 		// A detached copy of dir's mount, made here in the host's
 		// namespace and attached in the container's.
 		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
@@ -410,6 +416,14 @@ func mountWorkspace(p *libcontainer.Process, dir string, tmpSize int64) error {
 		}
 		defer unix.Close(fd)
 		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if !spec.WorkspaceMapped {
+			ns, err := ids.Userns()
+			if err != nil {
+				return err
+			}
+			attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+			attr.Userns_fd = uint64(ns.Fd())
+		}
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 			return fmt.Errorf("mount_setattr: %w", err)
 		}
@@ -443,7 +457,9 @@ func mountWorkspace(p *libcontainer.Process, dir string, tmpSize int64) error {
 			done <- unix.MoveMount(tree, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH)
 			return
 		}
-		tmpfs := workspaceMount("", tmpSize)
+		// Mounted from the host's user namespace: owned by the
+		// container's root only if told so.
+		tmpfs := workspaceTmpfs(tmpSize, fmt.Sprintf(",uid=%d,gid=%d", ids.Base, ids.Base))
 		done <- unix.Mount(tmpfs.Source, tmpfs.Destination, tmpfs.Device, uintptr(tmpfs.Flags), tmpfs.Data)
 	}()
 	return <-done
