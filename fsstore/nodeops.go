@@ -19,14 +19,14 @@ import (
 // NodeOp is one mutation addressed by inode numbers instead of paths.
 type NodeOp struct {
 	Kind core.OpKind
-	// Dir and Name name the entry that mkdir, create, symlink and link make,
+	// Dir and Name name the entry that mkdir, create, symlink, mknod and link make,
 	// that delete removes, and that rename moves to.
 	Dir  uint64
 	Name string
 	// FromDir and FromName name a rename's source entry.
 	FromDir  uint64
 	FromName string
-	// Ino is the number the inode made by mkdir, create or symlink gets
+	// Ino is the number the inode made by mkdir, create, symlink or mknod gets
 	// (reserved with ReserveInos; 0 lets the store choose); the inode that
 	// link links; and the inode that write, truncate, chmod, chown and
 	// utimes change.
@@ -34,9 +34,10 @@ type NodeOp struct {
 	Mode   fs.FileMode
 	UID    uint32
 	GID    uint32
-	Mtime  int64 // Unix nanoseconds (utimes; create and symlink if non-zero)
+	Mtime  int64 // Unix nanoseconds (utimes; create, symlink and mknod if non-zero)
 	Size   int64 // truncate
 	Target string
+	Rdev   uint64 // mknod of a device
 	// Content is chunk-aligned content for write (slots replaced whole).
 	Content *core.Content
 	// Holes lists chunk indexes that write turns into holes (zeros).
@@ -122,7 +123,7 @@ func (op NodeOp) check() error {
 		return pathErr(string(op.Kind), op.Name, fmt.Errorf("%s: %w", what, core.ErrInvalidArgument))
 	}
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink, core.OpDelete, core.OpRename:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink, core.OpDelete, core.OpRename:
 		if !validName(op.Name) || op.Name == "." || op.Name == ".." {
 			return pathErr(string(op.Kind), op.Name, core.ErrInvalidPath)
 		}
@@ -138,6 +139,10 @@ func (op NodeOp) check() error {
 	case core.OpSymlink:
 		if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
 			return pathErr("symlink", op.Name, core.ErrInvalidPath)
+		}
+	case core.OpMknod:
+		if err := checkSpecial(op.Mode, op.Rdev); err != nil {
+			return pathErr("mknod", op.Name, err)
 		}
 	case core.OpTruncate:
 		if op.Size < 0 || op.Size > core.MaxFileSize {
@@ -160,7 +165,7 @@ func (op NodeOp) check() error {
 // amounted to (Path empty when the inode has no known name).
 func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	o := core.Op{Kind: op.Kind, Mode: op.Mode, UID: op.UID, GID: op.GID, Mtime: op.Mtime, Size: op.Size,
-		Target: op.Target, NoReplace: op.NoReplace, Exchange: op.Exchange}
+		Target: op.Target, Rdev: op.Rdev, NoReplace: op.NoReplace, Exchange: op.Exchange}
 	fail := func(err error) (core.Op, error) {
 		p := o.Path
 		if p == "" {
@@ -170,13 +175,13 @@ func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	}
 	var err error
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpDelete, core.OpRename, core.OpLink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpDelete, core.OpRename, core.OpLink:
 		if o.Path, err = t.entryPath(op.Dir, op.Name); err != nil {
 			return fail(err)
 		}
 	}
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
 		if op.Ino == 0 {
 			return o, t.apply(o)
 		}

@@ -307,7 +307,7 @@ func (t *wtx) putInode(in *inode) error {
 	}
 	if in.ws == ws && in.birth == t.rev {
 		target, name := in.columns()
-		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, ws, in.ino, in.birth)
+		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev), ws, in.ino, in.birth)
 		return wrapDB("update inode", err)
 	}
 	if in.ws == ws && in.death > t.rev {
@@ -324,13 +324,13 @@ func (t *wtx) putInode(in *inode) error {
 // statement: an import makes one per file.
 func (t *wtx) insertUnsaved() error {
 	inos := slices.Sorted(maps.Keys(t.unsaved))
-	args := make([]any, 0, inodeBatch*14)
+	args := make([]any, 0, inodeBatch*15)
 	for len(inos) >= inodeBatch {
 		args = args[:0]
 		for _, ino := range inos[:inodeBatch] {
 			in := t.inodes[ino]
 			target, name := in.columns()
-			args = append(args, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+			args = append(args, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev))
 		}
 		if _, err := t.q.insInodes.ExecContext(t.ctx, args...); err != nil {
 			return wrapDB("insert inodes", err)
@@ -347,7 +347,7 @@ func (t *wtx) insertUnsaved() error {
 
 func (t *wtx) insertInode(in *inode) error {
 	target, name := in.columns()
-	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev))
 	return wrapDB("insert inode", err)
 }
 

@@ -716,7 +716,7 @@ func (m *Mount) pull(ctx context.Context, from, to, now int64) ([]notice, error)
 		case core.OpRename:
 			entry(old, op.From, true)
 			entry(cur, op.Path, false)
-		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink:
+		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink:
 			entry(cur, op.Path, false)
 			if st, err := old.Stat(ctx, op.Path); err == nil {
 				inos[st.Ino] = true // replaced

@@ -23,6 +23,7 @@ type node struct {
 	size                int64
 	mtime, ctime, atime int64 // Unix nanoseconds
 	target              string
+	rdev                uint64 // device nodes
 
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
 
@@ -73,7 +74,7 @@ func permMode(u uint32) fs.FileMode { return fsstore.ModeOf(u &^ syscall.S_IFMT)
 
 func nodeFromStat(st core.Stat) *node {
 	n := &node{ino: st.Ino, mode: unixMode(st.Mode), uid: st.UID, gid: st.GID, nlink: st.Nlink, size: st.Size,
-		mtime: st.Mtime.UnixNano(), ctime: st.Ctime.UnixNano(), target: st.Target}
+		mtime: st.Mtime.UnixNano(), ctime: st.Ctime.UnixNano(), target: st.Target, rdev: st.Rdev}
 	n.atime = n.mtime
 	n.srcLimit = n.size
 	return n
@@ -82,7 +83,7 @@ func nodeFromStat(st core.Stat) *node {
 // setStat reloads a clean node's metadata from the store.
 func (n *node) setStat(st core.Stat) {
 	n.mode, n.uid, n.gid, n.nlink, n.size = unixMode(st.Mode), st.UID, st.GID, st.Nlink, st.Size
-	n.mtime, n.ctime, n.target = st.Mtime.UnixNano(), st.Ctime.UnixNano(), st.Target
+	n.mtime, n.ctime, n.target, n.rdev = st.Mtime.UnixNano(), st.Ctime.UnixNano(), st.Target, st.Rdev
 	n.srcLimit = n.size
 	n.file, n.src = nil, nil
 	n.children, n.listing = nil, nil
