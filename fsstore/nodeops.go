@@ -30,11 +30,16 @@ type NodeOp struct {
 	// (reserved with ReserveInos; 0 lets the store choose); the inode that
 	// link links; and the inode that write, truncate, chmod, chown and
 	// utimes change.
-	Ino    uint64
-	Mode   fs.FileMode
-	UID    uint32
-	GID    uint32
-	Mtime  int64 // Unix nanoseconds (utimes; create, symlink and mknod if non-zero)
+	Ino   uint64
+	Mode  fs.FileMode
+	UID   uint32
+	GID   uint32
+	Mtime int64 // Unix nanoseconds (utimes; create, symlink and mknod if non-zero)
+	// Ctime, if not 0, is the ctime the inode that chmod, chown, utimes,
+	// write or truncate changes is to have after this commit (Unix
+	// nanoseconds): the time the change was made, where the commit's own
+	// time would be later.
+	Ctime  int64
 	Size   int64 // truncate
 	Target string
 	Rdev   uint64 // mknod of a device
@@ -130,6 +135,9 @@ func (op NodeOp) check() error {
 	case core.OpWrite, core.OpTruncate, core.OpChmod, core.OpChown, core.OpUtimes:
 	default:
 		return bad("unknown op")
+	}
+	if op.Ctime < 0 {
+		return bad("ctime")
 	}
 	switch op.Kind {
 	case core.OpRename:
@@ -268,6 +276,9 @@ func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	case core.OpUtimes:
 		in.mtime = op.Mtime
 		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
+	}
+	if op.Ctime != 0 {
+		t.ctimes[in.ino] = op.Ctime
 	}
 	if err := t.putInode(in); err != nil {
 		return fail(err)

@@ -24,8 +24,9 @@ type wtx struct {
 	now int64
 	v   *view // the tree as it stands inside this transaction
 
-	dirNlink  map[uint64]int  // directories whose entries changed -> subdirectory count delta
-	dirMtime  map[uint64]bool // directories whose mtime must become now
+	dirNlink  map[uint64]int   // directories whose entries changed -> subdirectory count delta
+	dirMtime  map[uint64]bool  // directories whose mtime must become now
+	ctimes    map[uint64]int64 // inodes whose ctime is given (NodeOp.Ctime), not now
 	changes   int
 	committed []int64 // chunk ids the new rows reference, whose leases can end
 
@@ -173,7 +174,7 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 		return nil, core.ErrWorkspaceNotFound
 	}
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
-		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
+		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{}, ctimes: map[uint64]int64{},
 		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
 		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{},
 		chunks: map[int64]chunkRow{}}
@@ -298,6 +299,9 @@ func (t *wtx) newIno() (uint64, error) {
 // Rows of inodes made in this revision are written once, at finish.
 func (t *wtx) putInode(in *inode) error {
 	in.ctime = t.now
+	if c, ok := t.ctimes[in.ino]; ok {
+		in.ctime = c
+	}
 	t.inodes[in.ino] = in
 	ws := t.ws.id
 	if t.freshIno[in.ino] {

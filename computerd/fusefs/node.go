@@ -28,12 +28,12 @@ type node struct {
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
 
 	// Changes not yet flushed (the node is in Mount.touched).
-	created                          bool // made since the last flush: the log creates it
-	dirtyMode, dirtyOwner, dirtyTime bool
-	cut                              bool            // srcLimit fell below the committed size
-	resized                          bool            // truncated or extended since the last flush
-	chunks                           map[int64]int64 // dirty chunk index -> spool slot
-	cached                           map[int64]int64 // committed chunk index -> spool slot holding a copy
+	created               bool            // made since the last flush: the log creates it
+	dirtyMode, dirtyOwner bool            // (times are always committed: every change moves the ctime)
+	cut                   bool            // srcLimit fell below the committed size
+	resized               bool            // truncated or extended since the last flush
+	chunks                map[int64]int64 // dirty chunk index -> spool slot
+	cached                map[int64]int64 // committed chunk index -> spool slot holding a copy
 
 	// Regular files: clean bytes below srcLimit come from src (the mount's
 	// snapshot when nil); bytes past it read as zeros unless dirty.
@@ -234,7 +234,6 @@ func (m *Mount) entries(d *node) (map[string]dent, error) {
 func (m *Mount) changed(d *node, now int64, subdirs int) {
 	d.nlink = uint32(int(d.nlink) + subdirs)
 	d.mtime, d.ctime = now, now
-	d.dirtyTime = true
 	d.listing = nil
 	m.touch(d)
 }
@@ -442,7 +441,6 @@ func (m *Mount) write(n *node, p []byte, off int64) error {
 	}
 	now := m.now()
 	n.mtime, n.ctime = now, now
-	n.dirtyTime = true
 	m.touch(n)
 	return nil
 }
@@ -471,7 +469,6 @@ func (m *Mount) truncate(n *node, size int64) error {
 	n.resized = true
 	now := m.now()
 	n.mtime, n.ctime = now, now
-	n.dirtyTime = true
 	m.touch(n)
 	return nil
 }

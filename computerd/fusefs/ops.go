@@ -192,7 +192,7 @@ func (f *fsys) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut)
 		n.gid, n.dirtyOwner = gid, true
 	}
 	if t, ok := in.GetMTime(); ok {
-		n.mtime, n.dirtyTime = t.UnixNano(), true
+		n.mtime = t.UnixNano()
 	}
 	if t, ok := in.GetATime(); ok {
 		n.atime = t.UnixNano()
@@ -228,7 +228,6 @@ func (m *Mount) newNode(d *node, name string, mode uint32, caller fuse.Caller) (
 	now := m.now()
 	n := &node{ino: ino, mode: mode, uid: caller.Uid, gid: caller.Gid, nlink: 1,
 		mtime: now, ctime: now, atime: now, created: true, lookups: 1}
-	n.dirtyTime = true
 	n.dirtyOwner = n.uid != 0 || n.gid != 0
 	n.dirtyMode = mode&0o7777 == 0 // the store reads mode 0 as its default
 	if d.mode&syscall.S_ISGID != 0 {
@@ -657,9 +656,12 @@ func (f *fsys) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName str
 	}
 	if n := m.nodes[se.ino]; n != nil {
 		n.ctime = now
+		m.touch(n)
 		hangs(dd, newName, n)
 	}
 	if n := m.nodes[de.ino]; n != nil && op.Exchange {
+		n.ctime = now
+		m.touch(n)
 		hangs(sd, oldName, n)
 	}
 	m.record(op, se.ino, other)
