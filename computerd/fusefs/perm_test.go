@@ -24,7 +24,6 @@ type user struct {
 }
 
 var (
-	root   = user{}
 	alice  = user{uid: 1000, gid: 1000}
 	bob    = user{uid: 2000, gid: 2000, groups: []uint32{1000}} // in alice's group
 	carol  = user{uid: 3000, gid: 3000}                         // in none
