@@ -114,6 +114,15 @@ func TestSpecialFilesRoundTrip(t *testing.T) {
 	if got := e.tree("w2"); !reflect.DeepEqual(got, wantAttached) {
 		t.Fatalf("attached export:\n%v\nwant\n%v", got, wantAttached)
 	}
+	// agentctl attach of a directory carries them too (sockets aside).
+	src := t.TempDir()
+	sh(t, `cd `+src+` && mkfifo -m 640 fifo && mknod -m 660 tty c 4 1 &&
+		python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'`)
+	e.ok("ws", "create", "w3")
+	e.ok("attach", "w3", src)
+	if got, want := e.tree("w3"), map[string]string{"fifo": "prw-r----- 0:0", "tty": "Dcrw-rw---- 4:1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("attach of a directory:\n%v\nwant\n%v", got, want)
+	}
 	// An archive with a device number Linux cannot hold is refused, whole.
 	var bad bytes.Buffer
 	tw := tar.NewWriter(&bad)
