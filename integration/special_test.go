@@ -57,6 +57,10 @@ func TestSpecialFilesRoundTrip(t *testing.T) {
 		t.Fatalf("loop's owner: %+v %v", st, err)
 	}
 
+	if _, err := cl.Read(ctx, "w", "d/fifo", client.ReadOptions{}); err == nil || !strings.Contains(err.Error(), "no contents") {
+		t.Fatalf("read of a FIFO through the API: %v", err)
+	}
+
 	// Diff: one mknod each; the text diff names them.
 	cs, err := e.d.Store.Diff(ctx, w.ID, before, e.head("w"))
 	if err != nil {
