@@ -139,6 +139,9 @@ func TestSpecialFiles(t *testing.T) {
 	if got := specialStats(t, s, fork.ID, core.Head); !reflect.DeepEqual(got, want) {
 		t.Fatalf("fork:\n%v\nwant\n%v", got, want)
 	}
+	if rep, err := s.Check(ctx, fsstore.CheckOptions{AllRevisions: true}); err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("check: %v %v", rep.Problems, err)
+	}
 }
 
 func TestSpecialFilesBadInput(t *testing.T) {
