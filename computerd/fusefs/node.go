@@ -29,7 +29,7 @@ type node struct {
 
 	// Changes not yet flushed (the node is in Mount.touched).
 	created               bool            // made since the last flush: the log creates it
-	dirtyMode, dirtyOwner bool            // (times are always committed: every change moves the ctime)
+	dirtyMode, dirtyOwner bool            // the mode or owner changed (times go with every change)
 	cut                   bool            // srcLimit fell below the committed size
 	resized               bool            // truncated or extended since the last flush
 	chunks                map[int64]int64 // dirty chunk index -> spool slot
