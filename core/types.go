@@ -82,7 +82,8 @@ type Content struct {
 	Chunks []ChunkRef `json:"chunks"`
 }
 
-// Stat describes a file, directory or symlink at some revision.
+// Stat describes a file, directory, symlink or special file (a FIFO, a
+// socket, a character or block device) at some revision.
 type Stat struct {
 	Path   string      `json:"path,omitempty"`
 	Name   string      `json:"name"`
@@ -95,6 +96,7 @@ type Stat struct {
 	Mtime  time.Time   `json:"mtime"`
 	Ctime  time.Time   `json:"ctime"`
 	Target string      `json:"target,omitempty"` // symlink target
+	Rdev   uint64      `json:"rdev,omitempty"`   // a device's number (Linux encoding, see MakeDev)
 }
 
 // IsDir reports whether s describes a directory.
@@ -104,8 +106,30 @@ func (s Stat) IsDir() bool { return s.Mode.IsDir() }
 type DirEntry struct {
 	Name string      `json:"name"`
 	Ino  uint64      `json:"ino"`
-	Type fs.FileMode `json:"type"` // fs.ModeDir, fs.ModeSymlink or 0
+	Type fs.FileMode `json:"type"` // 0 (a regular file), or fs.ModeDir, fs.ModeSymlink or a SpecialTypes type
 }
+
+// SpecialTypes are the file types of special files: FIFOs
+// (fs.ModeNamedPipe), sockets (fs.ModeSocket), block devices
+// (fs.ModeDevice) and character devices (fs.ModeDevice|fs.ModeCharDevice),
+// as package os reports them. The store keeps them as metadata: a device
+// node records its number, never its data, and no mount lets it be opened.
+const SpecialTypes = fs.ModeNamedPipe | fs.ModeSocket | fs.ModeDevice | fs.ModeCharDevice
+
+// IsSpecial reports whether m is the mode of a special file.
+func IsSpecial(m fs.FileMode) bool { return m&SpecialTypes != 0 }
+
+// MakeDev combines a device's major and minor numbers as Linux's st_rdev
+// does (glibc's makedev).
+func MakeDev(major, minor uint32) uint64 {
+	return uint64(major&0xfff)<<8 | uint64(major&^0xfff)<<32 | uint64(minor&0xff) | uint64(minor&^0xff)<<12
+}
+
+// DevMajor is the major number of a device number made by MakeDev.
+func DevMajor(dev uint64) uint32 { return uint32(dev>>8&0xfff | dev>>32&^0xfff) }
+
+// DevMinor is the minor number of a device number made by MakeDev.
+func DevMinor(dev uint64) uint32 { return uint32(dev&0xff | dev>>12&^0xff) }
 
 // OpKind names a mutation.
 type OpKind string
@@ -117,6 +141,7 @@ const (
 	OpWrite     OpKind = "write"      // Path, Offset, Data or Content: write into an existing file
 	OpTruncate  OpKind = "truncate"   // Path, Size
 	OpSymlink   OpKind = "symlink"    // Path, Target
+	OpMknod     OpKind = "mknod"      // Path, Mode (a SpecialTypes type and permissions), Rdev (devices)
 	OpLink      OpKind = "link"       // Path (new name), From (existing file)
 	OpRename    OpKind = "rename"     // From -> Path; NoReplace, Exchange
 	OpDelete    OpKind = "delete"     // Path: a file, symlink or empty directory
@@ -136,9 +161,10 @@ type Op struct {
 	Mode   fs.FileMode `json:"mode,omitempty"`
 	UID    uint32      `json:"uid,omitempty"`
 	GID    uint32      `json:"gid,omitempty"`
-	Mtime  int64       `json:"mtime,omitempty"` // Unix nanoseconds: utimes; for create and symlink, if set, the new mtime
+	Mtime  int64       `json:"mtime,omitempty"` // Unix nanoseconds: utimes; for create, symlink and mknod, if set, the new mtime
 	Offset int64       `json:"offset,omitempty"`
 	Size   int64       `json:"size,omitempty"`
+	Rdev   uint64      `json:"rdev,omitempty"` // mknod of a device: its number (MakeDev)
 	// Data is inline bytes for create and write.
 	Data []byte `json:"data,omitempty"`
 	// Content is chunk-aligned content already in the store, for create

@@ -131,6 +131,10 @@ func cleanOps(in []core.Op) ([]core.Op, error) {
 			if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
 				return nil, pathErr("symlink", op.Path, core.ErrInvalidPath)
 			}
+		case core.OpMknod:
+			if err := checkSpecial(op.Mode, op.Rdev); err != nil {
+				return nil, pathErr("mknod", op.Path, err)
+			}
 		case core.OpMkdir, core.OpCreate, core.OpWrite, core.OpTruncate, core.OpDelete, core.OpDeleteAll, core.OpChmod, core.OpChown, core.OpUtimes:
 		default:
 			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, core.ErrInvalidArgument))
@@ -146,6 +150,26 @@ func cleanOps(in []core.Op) ([]core.Op, error) {
 		out[i] = op
 	}
 	return out, nil
+}
+
+// checkSpecial validates the type and device number of a mknod: a FIFO,
+// socket, block or character device, and for devices a number Linux can
+// hold (a 12-bit major, a 20-bit minor; others get 0).
+func checkSpecial(m fs.FileMode, rdev uint64) error {
+	switch m & fs.ModeType {
+	case fs.ModeNamedPipe, fs.ModeSocket:
+		if rdev != 0 {
+			return fmt.Errorf("device number %#x for a FIFO or socket: %w", rdev, core.ErrInvalidArgument)
+		}
+	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
+		major, minor := core.DevMajor(rdev), core.DevMinor(rdev)
+		if major >= 1<<12 || minor >= 1<<20 || core.MakeDev(major, minor) != rdev {
+			return fmt.Errorf("device number %#x: %w", rdev, core.ErrInvalidArgument)
+		}
+	default:
+		return fmt.Errorf("mknod of mode %v: not a FIFO, socket or device: %w", m, core.ErrInvalidArgument)
+	}
+	return nil
 }
 
 func containsNUL(s string) bool {
@@ -173,6 +197,8 @@ func (t *wtx) apply(op core.Op) error {
 		return t.create(op)
 	case core.OpSymlink:
 		return t.symlink(op.Path, op.Target, op.Mtime)
+	case core.OpMknod:
+		return t.mknod(op)
 	case core.OpLink:
 		return t.link(op.From, op.Path)
 	case core.OpRename:
@@ -332,6 +358,18 @@ func (t *wtx) create(op core.Op) error {
 }
 
 func (t *wtx) symlink(p, target string, mtime int64) error {
+	return t.addNew(p, syscall.S_IFLNK, 0o777, mtime, func(in *inode) { in.target, in.size = target, int64(len(target)) })
+}
+
+// mknod makes a special file; its mode is taken as given (0 is no
+// permissions, not a default).
+func (t *wtx) mknod(op core.Op) error {
+	return t.addNew(op.Path, UnixMode(op.Mode)&syscall.S_IFMT, unixPerm(op.Mode), op.Mtime, func(in *inode) { in.rdev = op.Rdev })
+}
+
+// addNew links a new inode of type typ and permissions perm at p, which
+// must be free; mtime, if not 0, is its mtime, and set fills in the rest.
+func (t *wtx) addNew(p string, typ, perm uint32, mtime int64, set func(*inode)) error {
 	parent, name, err := t.parentOf(p)
 	if err != nil {
 		return err
@@ -339,11 +377,11 @@ func (t *wtx) symlink(p, target string, mtime int64) error {
 	if err := t.free(parent, name); err != nil {
 		return err
 	}
-	in, err := t.newInode(syscall.S_IFLNK, 0o777)
+	in, err := t.newInode(typ, perm)
 	if err != nil {
 		return err
 	}
-	in.target, in.size = target, int64(len(target))
+	set(in)
 	if mtime != 0 {
 		in.mtime = mtime
 	}

@@ -69,7 +69,7 @@ func (t *wtx) applyChangeset(ops []core.Op) error {
 				adds = append(adds, op)
 				moved[op.From] = ino
 			}
-		case core.OpMkdir, core.OpCreate, core.OpSymlink:
+		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
 			adds = append(adds, op)
 		case core.OpLink:
 			links = append(links, op)
@@ -222,7 +222,7 @@ func (s *Store) restrict(ctx context.Context, ws, rev int64, ops []core.Op, root
 		switch op.Kind {
 		case core.OpRename:
 			paths = []string{op.From, op.Path}
-		case core.OpDelete, core.OpDeleteAll, core.OpMkdir, core.OpCreate, core.OpSymlink:
+		case core.OpDelete, core.OpDeleteAll, core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
 			paths = []string{op.Path}
 		}
 		for _, p := range paths {

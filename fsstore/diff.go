@@ -316,6 +316,8 @@ func (d *differ) created(in *inode, pb []string) error {
 		d.adds = append(d.adds, core.Op{Kind: core.OpMkdir, Path: p, Mode: fileMode(in.mode)})
 	case in.isSymlink():
 		d.adds = append(d.adds, core.Op{Kind: core.OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
+	case in.isSpecial():
+		d.adds = append(d.adds, core.Op{Kind: core.OpMknod, Path: p, Mode: fileMode(in.mode), Rdev: in.rdev, Mtime: in.mtime})
 	default:
 		es, err := d.vb.extents(in.ino, 0, (in.size+d.cs-1)/d.cs)
 		if err != nil {

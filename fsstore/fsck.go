@@ -28,7 +28,8 @@ type CheckOptions struct {
 // Check verifies the database (PRAGMA integrity_check and foreign keys) and
 // the trees: every entry resolves to a live inode of its type, directories
 // know their parent, link counts match the entries, no file has chunks past
-// its end, and every chunk is no longer than the chunk size.
+// its end, only devices have device numbers (ones Linux can hold), and
+// every chunk is no longer than the chunk size.
 func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, error) {
 	rep := &CheckReport{}
 	problem := func(format string, args ...any) {
@@ -137,6 +138,13 @@ func (s *Store) checkTree(ctx context.Context, w core.Workspace, rev int64, rep 
 				if got, _, err := v.lookup(in.parent, in.name); err != nil || got != in.ino {
 					problem("%s@%d %q: inode %d records name %q in %d, which is not one of its entries", w.Name, rev, cp, in.ino, in.name, in.parent)
 				}
+			}
+			if in.isSpecial() {
+				if err := checkSpecial(fileMode(in.mode), in.rdev); err != nil {
+					problem("%s@%d %q: %v", w.Name, rev, cp, err)
+				}
+			} else if in.rdev != 0 {
+				problem("%s@%d %q: device number %#x on a file that is no device", w.Name, rev, cp, in.rdev)
 			}
 			switch {
 			case in.isDir():

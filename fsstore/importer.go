@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"computerd/core"
@@ -102,6 +103,14 @@ func (im *Import) Symlink(ctx context.Context, p, target string, mtime time.Time
 	im.tick(0)
 }
 
+// Special adds a FIFO, socket or device node (mode holds its type, see
+// core.SpecialTypes; rdev is a device's number).
+func (im *Import) Special(ctx context.Context, p string, mode fs.FileMode, rdev uint64, mtime time.Time) {
+	im.clear(ctx, p, func(core.Stat) bool { return false })
+	im.ops = append(im.ops, core.Op{Kind: core.OpMknod, Path: p, Mode: mode, Rdev: rdev, Mtime: mtime.UnixNano()})
+	im.tick(0)
+}
+
 // Commit writes the remaining chunks and commits everything as one
 // revision; then the chunks' leases end (see Close).
 func (im *Import) Commit(ctx context.Context, info CommitInfo) (core.Revision, error) {
@@ -171,8 +180,14 @@ func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace boo
 			err = im.File(ctx, rel, fi.Mode(), fi.ModTime(), f)
 			f.Close()
 			return err
+		case core.IsSpecial(d.Type()):
+			var rdev uint64
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				rdev = st.Rdev
+			}
+			im.Special(ctx, rel, fi.Mode(), rdev, fi.ModTime())
 		}
-		return nil // sockets, devices and fifos are not workspace content
+		return nil
 	})
 	if err != nil {
 		return core.Revision{}, fmt.Errorf("import %s: %w", dir, err)

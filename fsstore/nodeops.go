@@ -19,24 +19,30 @@ import (
 // NodeOp is one mutation addressed by inode numbers instead of paths.
 type NodeOp struct {
 	Kind core.OpKind
-	// Dir and Name name the entry that mkdir, create, symlink and link make,
+	// Dir and Name name the entry that mkdir, create, symlink, mknod and link make,
 	// that delete removes, and that rename moves to.
 	Dir  uint64
 	Name string
 	// FromDir and FromName name a rename's source entry.
 	FromDir  uint64
 	FromName string
-	// Ino is the number the inode made by mkdir, create or symlink gets
+	// Ino is the number the inode made by mkdir, create, symlink or mknod gets
 	// (reserved with ReserveInos; 0 lets the store choose); the inode that
 	// link links; and the inode that write, truncate, chmod, chown and
 	// utimes change.
-	Ino    uint64
-	Mode   fs.FileMode
-	UID    uint32
-	GID    uint32
-	Mtime  int64 // Unix nanoseconds (utimes; create and symlink if non-zero)
+	Ino   uint64
+	Mode  fs.FileMode
+	UID   uint32
+	GID   uint32
+	Mtime int64 // Unix nanoseconds (utimes; create, symlink and mknod if non-zero)
+	// Ctime, if not 0, is the ctime the inode that chmod, chown, utimes,
+	// write or truncate changes is to have after this commit (Unix
+	// nanoseconds): the time the change was made, where the commit's own
+	// time would be later.
+	Ctime  int64
 	Size   int64 // truncate
 	Target string
+	Rdev   uint64 // mknod of a device
 	// Content is chunk-aligned content for write (slots replaced whole).
 	Content *core.Content
 	// Holes lists chunk indexes that write turns into holes (zeros).
@@ -122,13 +128,16 @@ func (op NodeOp) check() error {
 		return pathErr(string(op.Kind), op.Name, fmt.Errorf("%s: %w", what, core.ErrInvalidArgument))
 	}
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink, core.OpDelete, core.OpRename:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink, core.OpDelete, core.OpRename:
 		if !validName(op.Name) || op.Name == "." || op.Name == ".." {
 			return pathErr(string(op.Kind), op.Name, core.ErrInvalidPath)
 		}
 	case core.OpWrite, core.OpTruncate, core.OpChmod, core.OpChown, core.OpUtimes:
 	default:
 		return bad("unknown op")
+	}
+	if op.Ctime < 0 {
+		return bad("ctime")
 	}
 	switch op.Kind {
 	case core.OpRename:
@@ -138,6 +147,10 @@ func (op NodeOp) check() error {
 	case core.OpSymlink:
 		if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
 			return pathErr("symlink", op.Name, core.ErrInvalidPath)
+		}
+	case core.OpMknod:
+		if err := checkSpecial(op.Mode, op.Rdev); err != nil {
+			return pathErr("mknod", op.Name, err)
 		}
 	case core.OpTruncate:
 		if op.Size < 0 || op.Size > core.MaxFileSize {
@@ -160,7 +173,7 @@ func (op NodeOp) check() error {
 // amounted to (Path empty when the inode has no known name).
 func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	o := core.Op{Kind: op.Kind, Mode: op.Mode, UID: op.UID, GID: op.GID, Mtime: op.Mtime, Size: op.Size,
-		Target: op.Target, NoReplace: op.NoReplace, Exchange: op.Exchange}
+		Target: op.Target, Rdev: op.Rdev, NoReplace: op.NoReplace, Exchange: op.Exchange}
 	fail := func(err error) (core.Op, error) {
 		p := o.Path
 		if p == "" {
@@ -170,13 +183,13 @@ func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	}
 	var err error
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpDelete, core.OpRename, core.OpLink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpDelete, core.OpRename, core.OpLink:
 		if o.Path, err = t.entryPath(op.Dir, op.Name); err != nil {
 			return fail(err)
 		}
 	}
 	switch op.Kind {
-	case core.OpMkdir, core.OpCreate, core.OpSymlink:
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
 		if op.Ino == 0 {
 			return o, t.apply(o)
 		}
@@ -263,6 +276,9 @@ func (t *wtx) applyNode(op NodeOp) (core.Op, error) {
 	case core.OpUtimes:
 		in.mtime = op.Mtime
 		delete(t.dirMtime, in.ino) // an explicit time wins over earlier entry changes
+	}
+	if op.Ctime != 0 {
+		t.ctimes[in.ino] = op.Ctime
 	}
 	if err := t.putInode(in); err != nil {
 		return fail(err)

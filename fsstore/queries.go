@@ -32,10 +32,10 @@ type queries struct {
 	all []*sql.Stmt
 }
 
-const inodeCols = "birth, death, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name"
+const inodeCols = "birth, death, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name, rdev"
 
 // inodeValues is the placeholder row for ws, ino and inodeCols.
-const inodeValues = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+const inodeValues = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 // inodeBatch is how many inode rows insInodes writes per statement.
 const inodeBatch = 64
@@ -83,7 +83,7 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.insInode, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES ` + inodeValues},
 		{&q.insInodes, `INSERT INTO inodes(ws, ino, ` + inodeCols + `) VALUES ` + strings.Repeat(inodeValues+", ", inodeBatch-1) + inodeValues},
 		{&q.killInode, `UPDATE inodes SET death = ? WHERE ws = ? AND ino = ? AND birth = ?`},
-		{&q.updInode, `UPDATE inodes SET mode = ?, uid = ?, gid = ?, nlink = ?, size = ?, mtime_ns = ?, ctime_ns = ?, target = ?, parent = ?, name = ? WHERE ws = ? AND ino = ? AND birth = ?`},
+		{&q.updInode, `UPDATE inodes SET mode = ?, uid = ?, gid = ?, nlink = ?, size = ?, mtime_ns = ?, ctime_ns = ?, target = ?, parent = ?, name = ?, rdev = ? WHERE ws = ? AND ino = ? AND birth = ?`},
 		{&q.delInode, `DELETE FROM inodes WHERE ws = ? AND ino = ? AND birth = ?`},
 		{&q.insExtent, `INSERT INTO extents(ws, ino, idx, birth, death, chunk) VALUES (?, ?, ?, ?, ?, ?)`},
 		{&q.insExtents, `INSERT INTO extents(ws, ino, idx, birth, death, chunk) VALUES ` + strings.Repeat("(?, ?, ?, ?, ?, ?), ", extentBatch-1) + "(?, ?, ?, ?, ?, ?)"},

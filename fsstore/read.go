@@ -50,6 +50,7 @@ type inode struct {
 	size         int64
 	mtime, ctime int64
 	target       string
+	rdev         uint64 // device nodes only
 	parent       uint64 // directories only
 	name         string // directories only
 }
@@ -61,25 +62,38 @@ func (in *inode) isSymlink() bool { return in.mode&syscall.S_IFMT == syscall.S_I
 // kind is the type stored with a directory entry.
 func (in *inode) kind() int { return int(in.mode&syscall.S_IFMT) >> 12 }
 
-func kindType(kind int) fs.FileMode {
-	switch uint32(kind) << 12 {
-	case syscall.S_IFDIR:
-		return fs.ModeDir
-	case syscall.S_IFLNK:
-		return fs.ModeSymlink
+// isSpecial reports whether in is a FIFO, socket or device node.
+func (in *inode) isSpecial() bool { return core.IsSpecial(typeMode(in.mode)) }
+
+func kindType(kind int) fs.FileMode { return typeMode(uint32(kind) << 12) }
+
+// unixTypes pairs the unix file types with package fs's type bits.
+var unixTypes = []struct {
+	unix uint32
+	fs   fs.FileMode
+}{
+	{syscall.S_IFDIR, fs.ModeDir},
+	{syscall.S_IFLNK, fs.ModeSymlink},
+	{syscall.S_IFIFO, fs.ModeNamedPipe},
+	{syscall.S_IFSOCK, fs.ModeSocket},
+	{syscall.S_IFCHR, fs.ModeDevice | fs.ModeCharDevice},
+	{syscall.S_IFBLK, fs.ModeDevice},
+}
+
+// typeMode converts the type bits of a unix mode to fs.FileMode type bits
+// (0 for a regular file).
+func typeMode(m uint32) fs.FileMode {
+	for _, t := range unixTypes {
+		if m&syscall.S_IFMT == t.unix {
+			return t.fs
+		}
 	}
 	return 0
 }
 
 // fileMode converts a unix mode to an fs.FileMode.
 func fileMode(m uint32) fs.FileMode {
-	fm := fs.FileMode(m & 0o777)
-	switch m & syscall.S_IFMT {
-	case syscall.S_IFDIR:
-		fm |= fs.ModeDir
-	case syscall.S_IFLNK:
-		fm |= fs.ModeSymlink
-	}
+	fm := fs.FileMode(m&0o777) | typeMode(m)
 	if m&syscall.S_ISUID != 0 {
 		fm |= fs.ModeSetuid
 	}
@@ -97,13 +111,14 @@ func fileMode(m uint32) fs.FileMode {
 func ModeOf(m uint32) fs.FileMode { return fileMode(m) }
 
 // UnixMode converts an fs.FileMode to unix mode bits: a directory, a
-// symlink, or else a regular file, with its permission and special bits.
+// symlink, a FIFO, a socket, a device, or else a regular file, with its
+// permission and special bits.
 func UnixMode(fm fs.FileMode) uint32 {
-	switch {
-	case fm&fs.ModeDir != 0:
-		return syscall.S_IFDIR | unixPerm(fm)
-	case fm&fs.ModeSymlink != 0:
-		return syscall.S_IFLNK | unixPerm(fm)
+	typ := fm & fs.ModeType
+	for _, t := range unixTypes {
+		if typ == t.fs {
+			return t.unix | unixPerm(fm)
+		}
 	}
 	return syscall.S_IFREG | unixPerm(fm)
 }
@@ -125,7 +140,7 @@ func unixPerm(fm fs.FileMode) uint32 {
 
 func (in *inode) stat(name, p string) core.Stat {
 	return core.Stat{Path: p, Name: name, Ino: in.ino, Mode: fileMode(in.mode), UID: in.uid, GID: in.gid,
-		Nlink: in.nlink, Size: in.size, Mtime: time.Unix(0, in.mtime), Ctime: time.Unix(0, in.ctime), Target: in.target}
+		Nlink: in.nlink, Size: in.size, Mtime: time.Unix(0, in.mtime), Ctime: time.Unix(0, in.ctime), Target: in.target, Rdev: in.rdev}
 }
 
 func (s *Store) workspaceInfo(ctx context.Context, db interface {
@@ -193,7 +208,7 @@ func (v *view) inode(ino uint64) (*inode, error) {
 		in := &inode{ino: ino, ws: l.ws}
 		var target, name []byte
 		err := v.q.inodeLatest.QueryRowContext(v.ctx, l.ws, ino, l.rev).Scan(&in.birth, &in.death, &in.mode, &in.uid, &in.gid,
-			&in.nlink, &in.size, &in.mtime, &in.ctime, &target, &in.parent, &name)
+			&in.nlink, &in.size, &in.mtime, &in.ctime, &target, &in.parent, &name, &in.rdev)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		} else if err != nil {

@@ -67,7 +67,7 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fi
 			note(op.Path, "", "deleted")
 		case core.OpRename:
 			note(op.Path, op.From, "renamed")
-		case core.OpCreate, core.OpSymlink, core.OpLink:
+		case core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink:
 			if c, ok := byPath[op.Path]; ok && c.Status == "deleted" {
 				c.Status = "modified"
 			} else {
@@ -125,13 +125,13 @@ func textOf(ctx context.Context, sn *Snapshot, p string) (text []byte, mode stri
 	if err != nil {
 		return nil, "", false, err
 	}
-	mode = fmt.Sprintf("%06o", unixMode(st))
+	mode = fmt.Sprintf("%06o", UnixMode(st.Mode))
 	switch {
 	case st.IsDir():
 		return nil, mode, true, nil
 	case st.Target != "":
 		return []byte(st.Target), mode, false, nil
-	case st.Size > maxTextDiff:
+	case core.IsSpecial(st.Mode), st.Size > maxTextDiff:
 		return nil, mode, false, nil
 	}
 	text, err = sn.ReadFile(ctx, p)
@@ -139,19 +139,6 @@ func textOf(ctx context.Context, sn *Snapshot, p string) (text []byte, mode stri
 		text = []byte{}
 	}
 	return text, mode, false, err
-}
-
-func unixMode(st core.Stat) uint32 {
-	m := unixPerm(st.Mode)
-	switch {
-	case st.IsDir():
-		m |= 0o40000
-	case st.Target != "":
-		m |= 0o120000
-	default:
-		m |= 0o100000
-	}
-	return m
 }
 
 // WriteDiff writes a unified diff (git style, three lines of context)

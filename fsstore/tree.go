@@ -26,7 +26,7 @@ import (
 // by name and idx alone made it sort every directory's rows, chunk bytes
 // included, in a temporary b-tree.
 
-const listPlusSQL = `SELECT d.name, d.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime_ns, i.ctime_ns, i.target, i.parent, i.name, i.ws, i.birth%s
+const listPlusSQL = `SELECT d.name, d.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime_ns, i.ctime_ns, i.target, i.parent, i.name, i.rdev, i.ws, i.birth%s
 FROM dentries d
 JOIN inodes i ON i.ws = d.ws AND i.ino = d.ino AND +i.birth <= ?3 AND i.death > ?3%s
 WHERE d.ws = ?1 AND d.parent = ?2 AND +d.birth <= ?3 AND d.death > ?3 AND d.ino != 0%s
@@ -55,14 +55,14 @@ func scanPlus(rows *sql.Rows, withData bool) (plusRow, error) {
 	var name, target, iname sql.RawBytes // copied into strings below
 	// Into int64s, which database/sql fills directly; unsigned destinations
 	// would cost it a format and parse per column.
-	var ino, mode, uid, gid, nlink, parent int64
-	dst := []any{&name, &ino, &mode, &uid, &gid, &nlink, &r.in.size, &r.in.mtime, &r.in.ctime, &target, &parent, &iname, &r.in.ws, &r.in.birth}
+	var ino, mode, uid, gid, nlink, parent, rdev int64
+	dst := []any{&name, &ino, &mode, &uid, &gid, &nlink, &r.in.size, &r.in.mtime, &r.in.ctime, &target, &parent, &iname, &rdev, &r.in.ws, &r.in.birth}
 	if withData {
 		// RawBytes: the driver's copy of the blob, not a second one.
 		dst = append(dst, &r.idx, (*sql.RawBytes)(&r.data))
 	}
 	err := rows.Scan(dst...)
-	r.in.ino, r.in.mode, r.in.uid, r.in.gid, r.in.nlink, r.in.parent = uint64(ino), uint32(mode), uint32(uid), uint32(gid), uint32(nlink), uint64(parent)
+	r.in.ino, r.in.mode, r.in.uid, r.in.gid, r.in.nlink, r.in.parent, r.in.rdev = uint64(ino), uint32(mode), uint32(uid), uint32(gid), uint32(nlink), uint64(parent), uint64(rdev)
 	r.name, r.in.target, r.in.name = string(name), string(target), string(iname)
 	return r, err
 }

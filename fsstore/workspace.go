@@ -56,7 +56,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (core.
 		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		if _, err := s.wq.insInode.ExecContext(ctx, id, ino, 1, forever, syscall.S_IFDIR|0o755, 0, 0, 2, 0, now, now, nil, 0, nil); err != nil {
+		if _, err := s.wq.insInode.ExecContext(ctx, id, ino, 1, forever, syscall.S_IFDIR|0o755, 0, 0, 2, 0, now, now, nil, 0, nil, 0); err != nil {
 			return wrapDB("create root", err)
 		}
 		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceCreate), tenant, "", "", 0)

@@ -24,8 +24,9 @@ type wtx struct {
 	now int64
 	v   *view // the tree as it stands inside this transaction
 
-	dirNlink  map[uint64]int  // directories whose entries changed -> subdirectory count delta
-	dirMtime  map[uint64]bool // directories whose mtime must become now
+	dirNlink  map[uint64]int   // directories whose entries changed -> subdirectory count delta
+	dirMtime  map[uint64]bool  // directories whose mtime must become now
+	ctimes    map[uint64]int64 // inodes whose ctime is given (NodeOp.Ctime), not now
 	changes   int
 	committed []int64 // chunk ids the new rows reference, whose leases can end
 
@@ -181,7 +182,7 @@ func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, e
 		return nil, core.ErrWorkspaceNotFound
 	}
 	t := &wtx{s: s, ctx: ctx, q: s.wq, ws: ws, rev: head + 1, now: s.Now().UnixNano(),
-		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{},
+		dirNlink: map[uint64]int{}, dirMtime: map[uint64]bool{}, ctimes: map[uint64]int64{},
 		inodes: map[uint64]*inode{}, dirs: map[string]uint64{}, fresh: map[uint64]map[string]dirEntry{},
 		freshIno: map[uint64]bool{}, freshExt: map[extentKey]bool{}, unsaved: map[uint64]bool{},
 		chunks: map[int64]chunkRow{}, confine: info.Confine, sent: info.Sent}
@@ -306,6 +307,9 @@ func (t *wtx) newIno() (uint64, error) {
 // Rows of inodes made in this revision are written once, at finish.
 func (t *wtx) putInode(in *inode) error {
 	in.ctime = t.now
+	if c, ok := t.ctimes[in.ino]; ok {
+		in.ctime = c
+	}
 	t.inodes[in.ino] = in
 	ws := t.ws.id
 	if t.freshIno[in.ino] {
@@ -315,7 +319,7 @@ func (t *wtx) putInode(in *inode) error {
 	}
 	if in.ws == ws && in.birth == t.rev {
 		target, name := in.columns()
-		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, ws, in.ino, in.birth)
+		_, err := t.q.updInode.ExecContext(t.ctx, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev), ws, in.ino, in.birth)
 		return wrapDB("update inode", err)
 	}
 	if in.ws == ws && in.death > t.rev {
@@ -332,13 +336,13 @@ func (t *wtx) putInode(in *inode) error {
 // statement: an import makes one per file.
 func (t *wtx) insertUnsaved() error {
 	inos := slices.Sorted(maps.Keys(t.unsaved))
-	args := make([]any, 0, inodeBatch*14)
+	args := make([]any, 0, inodeBatch*15)
 	for len(inos) >= inodeBatch {
 		args = args[:0]
 		for _, ino := range inos[:inodeBatch] {
 			in := t.inodes[ino]
 			target, name := in.columns()
-			args = append(args, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+			args = append(args, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev))
 		}
 		if _, err := t.q.insInodes.ExecContext(t.ctx, args...); err != nil {
 			return wrapDB("insert inodes", err)
@@ -355,7 +359,7 @@ func (t *wtx) insertUnsaved() error {
 
 func (t *wtx) insertInode(in *inode) error {
 	target, name := in.columns()
-	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name)
+	_, err := t.q.insInode.ExecContext(t.ctx, in.ws, in.ino, in.birth, in.death, in.mode, in.uid, in.gid, in.nlink, in.size, in.mtime, in.ctime, target, in.parent, name, int64(in.rdev))
 	return wrapDB("insert inode", err)
 }
 

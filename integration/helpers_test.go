@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -149,7 +150,8 @@ func (e *env) head(ws string) int64 {
 }
 
 // tree reads ws's head tree straight from the store: path -> content
-// (directories as "dir", symlinks as "-> target").
+// (directories as "dir", symlinks as "-> target", special files as their
+// mode and device number).
 func (e *env) tree(ws string) map[string]string {
 	e.t.Helper()
 	ctx := context.Background()
@@ -174,6 +176,8 @@ func (e *env) treeOf(s *fsstore.Store, ws int64) map[string]string {
 		case p == "":
 		case st.IsDir():
 			out[p] = "dir"
+		case core.IsSpecial(st.Mode):
+			out[p] = fmt.Sprintf("%v %d:%d", st.Mode, core.DevMajor(st.Rdev), core.DevMinor(st.Rdev))
 		case r == nil:
 			out[p] = "-> " + st.Target
 		default:

@@ -19,8 +19,9 @@ import (
 
 // Version is the protocol version this build speaks. Version 2: a
 // conflicting push is kept at the home and answered as such (PushResult),
-// where version 1 refused it with 409.
-const Version = 2
+// where version 1 refused it with 409. Version 3: changesets may hold
+// special files (mknod ops, device numbers), which version 2 refuses.
+const Version = 3
 
 // HeaderVersion carries the protocol version on every request and answer.
 const HeaderVersion = "Computerd-Sync-Version"

@@ -231,8 +231,10 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, 
 			return nil
 		case st.IsDir():
 			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
-		case r == nil:
+		case st.Mode&fs.ModeSymlink != 0:
 			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
+		case core.IsSpecial(st.Mode):
+			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpMknod, Path: p, Mode: st.Mode, Rdev: st.Rdev, Mtime: mtime})
 		default:
 			content := &core.Content{Size: st.Size}
 			for idx := int64(0); ; idx++ {

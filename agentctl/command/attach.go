@@ -158,8 +158,8 @@ func writeTar(w io.Writer, dir string, files []string) error {
 				return err
 			}
 		}
-		if !fi.Mode().IsRegular() && !fi.IsDir() && link == "" {
-			continue // sockets, fifos, devices: nothing a workspace can hold
+		if fi.Mode()&fs.ModeSocket != 0 {
+			continue // tar has no type for sockets (GNU tar skips them too)
 		}
 		hdr, err := tar.FileInfoHeader(fi, link)
 		if err != nil {

@@ -35,6 +35,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	if st.Mode&fs.ModeSymlink != 0 {
 		return badRequest("read %s: a symlink to %q (the store does not follow symlinks)", p, st.Target)
 	}
+	if core.IsSpecial(st.Mode) {
+		return badRequest("read %s: a FIFO, socket or device node has no contents to read", p)
+	}
 	line, err := intParam(r, "line", 0)
 	if err != nil {
 		return err

@@ -53,11 +53,21 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 		}
 		hdr := &tar.Header{Name: name, Mode: int64(fsstore.UnixMode(st.Mode) & 0o7777), Uid: int(st.UID), Gid: int(st.GID),
 			ModTime: st.Mtime, Format: tar.FormatPAX}
-		switch {
+		switch typ := st.Mode.Type(); {
 		case st.IsDir():
 			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		case st.Mode&fs.ModeSymlink != 0:
+		case typ == fs.ModeSymlink:
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, st.Target
+		case typ == fs.ModeNamedPipe:
+			hdr.Typeflag = tar.TypeFifo
+		case typ == fs.ModeDevice|fs.ModeCharDevice, typ == fs.ModeDevice:
+			hdr.Typeflag = tar.TypeBlock
+			if typ&fs.ModeCharDevice != 0 {
+				hdr.Typeflag = tar.TypeChar
+			}
+			hdr.Devmajor, hdr.Devminor = int64(core.DevMajor(st.Rdev)), int64(core.DevMinor(st.Rdev))
+		case typ == fs.ModeSocket:
+			return nil // tar has no type for sockets (GNU tar skips them too)
 		default:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 		}
@@ -169,11 +179,22 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			res.Bytes += hdr.Size
 		case tar.TypeSymlink:
 			im.Symlink(r.Context(), p, hdr.Linkname, mtime)
+		case tar.TypeFifo:
+			im.Special(r.Context(), p, mode|fs.ModeNamedPipe, 0, mtime)
+		case tar.TypeChar, tar.TypeBlock:
+			typ := fs.ModeDevice
+			if hdr.Typeflag == tar.TypeChar {
+				typ |= fs.ModeCharDevice
+			}
+			if hdr.Devmajor < 0 || hdr.Devmajor >= 1<<12 || hdr.Devminor < 0 || hdr.Devminor >= 1<<20 {
+				return badRequest("attach: %s: device %d:%d out of range (major < 4096, minor < 1048576)", hdr.Name, hdr.Devmajor, hdr.Devminor)
+			}
+			im.Special(r.Context(), p, mode|typ, core.MakeDev(uint32(hdr.Devmajor), uint32(hdr.Devminor)), mtime)
 		case tar.TypeLink:
 			return badRequest("attach: %s is a hard link to %s; archives with hard links are not supported (store the file itself)", hdr.Name, hdr.Linkname)
 		case tar.TypeXGlobalHeader:
 		default:
-			return badRequest("attach: %s: unsupported tar entry type %q (devices and fifos cannot be stored)", hdr.Name, hdr.Typeflag)
+			return badRequest("attach: %s: unsupported tar entry type %q", hdr.Name, hdr.Typeflag)
 		}
 	}
 	drain(body)

@@ -3,6 +3,7 @@ package fusefs_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,12 +168,14 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 		t.Fatal("a")
 	}
 	os.Stat(filepath.Join(dir, "gone"))
-	if _, err := os.Stat(filepath.Join(dir, "d/new")); !os.IsNotExist(err) {
-		t.Fatal(err)
+	for _, p := range []string{"d/new", "d/fifo"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
 	}
 	os.ReadDir(filepath.Join(dir, "d"))
 	b := new(core.Batch).WriteFile("a", []byte("new and longer"), 0).WriteFile("d/new", []byte("n"), 0)
-	b.Add(core.Op{Kind: core.OpDelete, Path: "gone"})
+	b.Add(core.Op{Kind: core.OpDelete, Path: "gone"}, core.Op{Kind: core.OpMknod, Path: "d/fifo", Mode: fs.ModeNamedPipe | 0o600})
 	if _, err := st.Commit(bg, w.ID, b, fsstore.CommitInfo{}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +191,11 @@ func TestRefreshShowsOthersChanges(t *testing.T) {
 	if got := mustRead(t, filepath.Join(dir, "d/new")); got != "n" {
 		t.Fatalf("d/new = %q", got)
 	}
+	if fi, err := os.Lstat(filepath.Join(dir, "d/fifo")); err != nil || fi.Mode() != fs.ModeNamedPipe|0o600 {
+		t.Fatalf("d/fifo after refresh: %v %v", fi, err)
+	}
 	ents, _ := os.ReadDir(filepath.Join(dir, "d"))
-	if len(ents) != 1 {
+	if len(ents) != 2 {
 		t.Fatalf("d lists %v", ents)
 	}
 	// Our own pending write and theirs to other paths both survive.

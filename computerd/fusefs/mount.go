@@ -605,7 +605,6 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, *fsstore.Uplo
 				}
 			}
 			ops = append(ops, fsstore.NodeOp{Kind: core.OpTruncate, Ino: ino, Size: n.size})
-			n.dirtyTime = true
 		}
 		if n.dirtyMode {
 			ops = append(ops, fsstore.NodeOp{Kind: core.OpChmod, Ino: ino, Mode: permMode(n.mode)})
@@ -613,9 +612,10 @@ func (m *Mount) pendingOps(ctx context.Context) ([]fsstore.NodeOp, *fsstore.Uplo
 		if n.dirtyOwner {
 			ops = append(ops, fsstore.NodeOp{Kind: core.OpChown, Ino: ino, UID: n.uid, GID: n.gid})
 		}
-		if n.dirtyTime {
-			ops = append(ops, fsstore.NodeOp{Kind: core.OpUtimes, Ino: ino, Mtime: n.mtime})
-		}
+		// Every change moved the inode's ctime: the store keeps the time
+		// the mount showed, not the commit's (tools that compare ctimes,
+		// git's index, would otherwise see every committed file change).
+		ops = append(ops, fsstore.NodeOp{Kind: core.OpUtimes, Ino: ino, Mtime: n.mtime, Ctime: n.ctime})
 	}
 	if err := up.Flush(ctx); err != nil {
 		return nil, up, err
@@ -637,7 +637,7 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 			continue
 		}
 		m.keepCached(n)
-		n.created, n.dirtyMode, n.dirtyOwner, n.dirtyTime, n.cut, n.resized = false, false, false, false, false, false
+		n.created, n.dirtyMode, n.dirtyOwner, n.cut, n.resized = false, false, false, false, false
 		n.children = nil
 		n.src, n.file = nil, nil
 		n.srcLimit = n.size
@@ -778,7 +778,7 @@ func (m *Mount) pull(ctx context.Context, from, to, now int64) ([]notice, error)
 		case core.OpRename:
 			entry(old, op.From, true)
 			entry(cur, op.Path, false)
-		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpLink:
+		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink:
 			entry(cur, op.Path, false)
 			if st, err := old.Stat(ctx, op.Path); err == nil {
 				inos[st.Ino] = true // replaced

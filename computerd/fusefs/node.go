@@ -23,16 +23,17 @@ type node struct {
 	size                int64
 	mtime, ctime, atime int64 // Unix nanoseconds
 	target              string
+	rdev                uint64 // device nodes
 
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
 
 	// Changes not yet flushed (the node is in Mount.touched).
-	created                          bool // made since the last flush: the log creates it
-	dirtyMode, dirtyOwner, dirtyTime bool
-	cut                              bool            // srcLimit fell below the committed size
-	resized                          bool            // truncated or extended since the last flush
-	chunks                           map[int64]int64 // dirty chunk index -> spool slot
-	cached                           map[int64]int64 // committed chunk index -> spool slot holding a copy
+	created               bool            // made since the last flush: the log creates it
+	dirtyMode, dirtyOwner bool            // the mode or owner changed (times go with every change)
+	cut                   bool            // srcLimit fell below the committed size
+	resized               bool            // truncated or extended since the last flush
+	chunks                map[int64]int64 // dirty chunk index -> spool slot
+	cached                map[int64]int64 // committed chunk index -> spool slot holding a copy
 
 	// Regular files: clean bytes below srcLimit come from src (the mount's
 	// snapshot when nil); bytes past it read as zeros unless dirty.
@@ -73,7 +74,7 @@ func permMode(u uint32) fs.FileMode { return fsstore.ModeOf(u &^ syscall.S_IFMT)
 
 func nodeFromStat(st core.Stat) *node {
 	n := &node{ino: st.Ino, mode: unixMode(st.Mode), uid: st.UID, gid: st.GID, nlink: st.Nlink, size: st.Size,
-		mtime: st.Mtime.UnixNano(), ctime: st.Ctime.UnixNano(), target: st.Target}
+		mtime: st.Mtime.UnixNano(), ctime: st.Ctime.UnixNano(), target: st.Target, rdev: st.Rdev}
 	n.atime = n.mtime
 	n.srcLimit = n.size
 	return n
@@ -82,7 +83,7 @@ func nodeFromStat(st core.Stat) *node {
 // setStat reloads a clean node's metadata from the store.
 func (n *node) setStat(st core.Stat) {
 	n.mode, n.uid, n.gid, n.nlink, n.size = unixMode(st.Mode), st.UID, st.GID, st.Nlink, st.Size
-	n.mtime, n.ctime, n.target = st.Mtime.UnixNano(), st.Ctime.UnixNano(), st.Target
+	n.mtime, n.ctime, n.target, n.rdev = st.Mtime.UnixNano(), st.Ctime.UnixNano(), st.Target, st.Rdev
 	n.srcLimit = n.size
 	n.file, n.src = nil, nil
 	n.children, n.listing = nil, nil
@@ -233,7 +234,6 @@ func (m *Mount) entries(d *node) (map[string]dent, error) {
 func (m *Mount) changed(d *node, now int64, subdirs int) {
 	d.nlink = uint32(int(d.nlink) + subdirs)
 	d.mtime, d.ctime = now, now
-	d.dirtyTime = true
 	d.listing = nil
 	m.touch(d)
 }
@@ -441,7 +441,6 @@ func (m *Mount) write(n *node, p []byte, off int64) error {
 	}
 	now := m.now()
 	n.mtime, n.ctime = now, now
-	n.dirtyTime = true
 	m.touch(n)
 	return nil
 }
@@ -470,7 +469,6 @@ func (m *Mount) truncate(n *node, size int64) error {
 	n.resized = true
 	now := m.now()
 	n.mtime, n.ctime = now, now
-	n.dirtyTime = true
 	m.touch(n)
 	return nil
 }

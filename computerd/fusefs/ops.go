@@ -76,6 +76,7 @@ func fillAttr(n *node, a *fuse.Attr) {
 	a.Mode = n.mode
 	a.Nlink = n.nlink
 	a.Uid, a.Gid = n.uid, n.gid
+	a.Rdev = uint32(n.rdev) // FUSE carries the kernel's 32-bit encoding
 	a.Mtime, a.Mtimensec = uint64(n.mtime/1e9), uint32(n.mtime%1e9)
 	a.Atime, a.Atimensec = uint64(n.atime/1e9), uint32(n.atime%1e9)
 	a.Ctime, a.Ctimensec = uint64(n.ctime/1e9), uint32(n.ctime%1e9)
@@ -191,7 +192,7 @@ func (f *fsys) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut)
 		n.gid, n.dirtyOwner = gid, true
 	}
 	if t, ok := in.GetMTime(); ok {
-		n.mtime, n.dirtyTime = t.UnixNano(), true
+		n.mtime = t.UnixNano()
 	}
 	if t, ok := in.GetATime(); ok {
 		n.atime = t.UnixNano()
@@ -227,7 +228,6 @@ func (m *Mount) newNode(d *node, name string, mode uint32, caller fuse.Caller) (
 	now := m.now()
 	n := &node{ino: ino, mode: mode, uid: caller.Uid, gid: caller.Gid, nlink: 1,
 		mtime: now, ctime: now, atime: now, created: true, lookups: 1}
-	n.dirtyTime = true
 	n.dirtyOwner = n.uid != 0 || n.gid != 0
 	n.dirtyMode = mode&0o7777 == 0 // the store reads mode 0 as its default
 	if d.mode&syscall.S_ISGID != 0 {
@@ -290,9 +290,15 @@ func (f *fsys) Mkdir(_ <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse
 	return fuse.OK
 }
 
+// Mknod makes regular files, FIFOs, sockets and device nodes. The kernel
+// lets only a caller with CAP_MKNOD make a device; the mount is nodev, so
+// a device node is a name with a number, never a way into the device.
 func (f *fsys) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	if in.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fuse.EPERM // the store holds files, directories and symlinks only
+	typ := in.Mode & syscall.S_IFMT
+	switch typ {
+	case syscall.S_IFREG, syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+	default:
+		return fuse.EINVAL
 	}
 	m := f.m
 	m.mu.Lock()
@@ -301,12 +307,33 @@ func (f *fsys) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, out *fuse
 	if err != nil {
 		return errno(err)
 	}
-	n, err := m.create(d, name, in.Mode, in.Caller)
+	var n *node
+	if typ == syscall.S_IFREG {
+		n, err = m.create(d, name, in.Mode, in.Caller)
+	} else {
+		n, err = m.mknod(d, name, typ|in.Mode&0o7777, uint64(in.Rdev), in.Caller)
+	}
 	if err != nil {
 		return errno(err)
 	}
 	m.fillEntry(n, out)
 	return fuse.OK
+}
+
+// mknod adds a FIFO, socket or device node (rdev, the kernel's encoding:
+// core.MakeDev's for every number FUSE can carry).
+func (m *Mount) mknod(d *node, name string, mode uint32, rdev uint64, caller fuse.Caller) (*node, error) {
+	if typ := mode & syscall.S_IFMT; typ != syscall.S_IFCHR && typ != syscall.S_IFBLK {
+		rdev = 0
+	}
+	n, err := m.newNode(d, name, mode, caller)
+	if err != nil {
+		return nil, err
+	}
+	n.rdev = rdev
+	n.dirtyMode = false // mknod takes its mode as given, 0 too
+	m.record(fsstore.NodeOp{Kind: core.OpMknod, Dir: d.ino, Name: name, Ino: n.ino, Mode: fsstore.ModeOf(n.mode), Rdev: rdev}, n.ino, 0)
+	return n, nil
 }
 
 func (m *Mount) create(d *node, name string, mode uint32, caller fuse.Caller) (*node, error) {
@@ -629,9 +656,12 @@ func (f *fsys) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName str
 	}
 	if n := m.nodes[se.ino]; n != nil {
 		n.ctime = now
+		m.touch(n)
 		hangs(dd, newName, n)
 	}
 	if n := m.nodes[de.ino]; n != nil && op.Exchange {
+		n.ctime = now
+		m.touch(n)
 		hangs(sd, oldName, n)
 	}
 	m.record(op, se.ino, other)

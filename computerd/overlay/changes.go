@@ -35,11 +35,13 @@ import (
 //   - a regular file: create with its contents, unless it is a copy of the
 //     lower file that only changed mode, owner or time (copy-up by chmod,
 //     touch, or an open for writing that wrote nothing);
-//   - a symlink: symlink; a second name of a file made in the upper layer: link.
+//   - a symlink: symlink; a second name of a file made in the upper layer: link;
+//   - a FIFO, socket or device node: mknod, unless it is a copy of the
+//     lower one (same type and device number) that only changed mode,
+//     owner or time.
 //
 // Directory times are left to the store, which sets them when entries
-// change. FIFOs, sockets and devices have no place in the store yet and
-// are left out.
+// change.
 func Changes(ctx context.Context, upper, lower string, up *fsstore.Uploader) (*core.Changeset, error) {
 	c := &changes{ctx: ctx, upper: upper, lower: lower, up: up, links: map[[2]uint64]string{}, cs: &core.Changeset{}}
 	if err := c.dir("", true); err != nil {
@@ -101,13 +103,14 @@ func (c *changes) entry(p string, merged bool) error {
 	typ := st.Mode & syscall.S_IFMT
 	lowTyp := low.Mode & syscall.S_IFMT
 	switch typ {
-	case syscall.S_IFCHR:
-		if st.Rdev == 0 { // a whiteout
+	case syscall.S_IFCHR, syscall.S_IFBLK, syscall.S_IFIFO, syscall.S_IFSOCK:
+		if typ == syscall.S_IFCHR && st.Rdev == 0 { // a whiteout
 			if hasLow {
 				c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
 			}
 			return nil
 		}
+		return c.special(p, &st, hasLow, &low)
 	case syscall.S_IFDIR:
 		if hasLow && lowTyp == syscall.S_IFDIR && !opaque(filepath.Join(c.upper, p)) {
 			c.attrs(p, &st, &low)
@@ -131,23 +134,50 @@ func (c *changes) entry(p string, merged bool) error {
 		}
 		c.add(core.Op{Kind: core.OpSymlink, Path: p, Target: target, Mtime: mtime(&st)})
 		c.owner(p, &st, nil)
+	}
+	return nil
+}
+
+// special turns upper FIFO, socket or device node p into ops.
+func (c *changes) special(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t) error {
+	if c.linked(p, st, hasLow) {
 		return nil
 	}
-	return nil // a FIFO, socket or device
+	if hasLow && low.Mode&syscall.S_IFMT == st.Mode&syscall.S_IFMT && low.Rdev == st.Rdev && st.Nlink == 1 {
+		c.copiedUp(p, st, low) // chmod, chown or touch
+		return nil
+	}
+	if hasLow {
+		c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+	}
+	c.add(core.Op{Kind: core.OpMknod, Path: p, Mode: fsstore.ModeOf(st.Mode), Rdev: st.Rdev, Mtime: mtime(st)})
+	c.owner(p, st, nil)
+	return nil
+}
+
+// linked turns a second name of an upper inode with several names into a
+// link op (true); the first name it remembers, for the names to come.
+func (c *changes) linked(p string, st *unix.Stat_t, hasLow bool) bool {
+	if st.Nlink <= 1 {
+		return false
+	}
+	k := [2]uint64{st.Dev, st.Ino}
+	first, ok := c.links[k]
+	if !ok {
+		c.links[k] = p
+		return false
+	}
+	if hasLow {
+		c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
+	}
+	c.add(core.Op{Kind: core.OpLink, Path: p, From: first})
+	return true
 }
 
 // file turns upper regular file p into ops.
 func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t) error {
-	if st.Nlink > 1 {
-		k := [2]uint64{st.Dev, st.Ino}
-		if first, ok := c.links[k]; ok {
-			if hasLow {
-				c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
-			}
-			c.add(core.Op{Kind: core.OpLink, Path: p, From: first})
-			return nil
-		}
-		c.links[k] = p
+	if c.linked(p, st, hasLow) {
+		return nil
 	}
 	lowReg := hasLow && low.Mode&syscall.S_IFMT == syscall.S_IFREG
 	if hasLow && !lowReg {
@@ -159,10 +189,7 @@ func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t)
 			return err
 		}
 		if same {
-			c.attrs(p, st, low)
-			if mtime(st) != mtime(low) {
-				c.add(core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime(st)})
-			}
+			c.copiedUp(p, st, low)
 			return nil
 		}
 	}
@@ -182,6 +209,15 @@ func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t)
 		c.attrs(p, st, nil)
 	}
 	return nil
+}
+
+// copiedUp adds the changes of an upper entry that is a copy of the lower
+// one: its mode, owner and mtime.
+func (c *changes) copiedUp(p string, st, low *unix.Stat_t) {
+	c.attrs(p, st, low)
+	if mtime(st) != mtime(low) {
+		c.add(core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime(st)})
+	}
 }
 
 // attrs adds chmod and chown for what differs from low (nil: from a new

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -158,6 +159,68 @@ func TestChanges(t *testing.T) {
 	}
 }
 
+// TestSpecialFileChanges: FIFOs, sockets and device nodes in the base
+// revision show through the overlay as they are stored (devices never
+// open: the overlay is nodev), and those an exec makes, changes or
+// removes commit as such; a copy-up of one only changes its attributes.
+func TestSpecialFileChanges(t *testing.T) {
+	f := newFixture(t)
+	b := (&core.Batch{}).Add(
+		core.Op{Kind: core.OpMknod, Path: "fifo", Mode: fs.ModeNamedPipe | 0o644},
+		core.Op{Kind: core.OpMknod, Path: "chmod-fifo", Mode: fs.ModeNamedPipe | 0o644},
+		core.Op{Kind: core.OpMknod, Path: "sock", Mode: fs.ModeSocket | 0o755},
+		core.Op{Kind: core.OpMknod, Path: "null", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Rdev: core.MakeDev(1, 3)},
+		core.Op{Kind: core.OpMknod, Path: "loop", Mode: fs.ModeDevice | 0o660, Rdev: core.MakeDev(7, 0)},
+		core.Op{Kind: core.OpMknod, Path: "to-file", Mode: fs.ModeNamedPipe | 0o600})
+	base := f.commit(t, b)
+	l := f.open(t, "x", base.Rev)
+	m := l.Mountpoint()
+	p := func(rel string) string { return filepath.Join(m, rel) }
+	var st unix.Stat_t
+	must(t, unix.Lstat(p("null"), &st))
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 3) {
+		t.Fatalf("null through the overlay: mode %o rdev %d:%d", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	if _, err := os.Open(p("null")); !errors.Is(err, unix.EACCES) {
+		t.Fatalf("open of a device node: %v, want EACCES (nodev)", err)
+	}
+	must(t, os.Chmod(p("chmod-fifo"), 0o600))
+	must(t, os.Remove(p("sock")))
+	must(t, os.Remove(p("to-file")))
+	must(t, os.WriteFile(p("to-file"), []byte("a file now"), 0o644))
+	must(t, unix.Mkfifo(p("new-fifo"), 0o640))
+	must(t, os.Link(p("new-fifo"), p("new-fifo-2")))
+	must(t, unix.Mknod(p("new-chr"), unix.S_IFCHR|0o600, int(unix.Mkdev(10, 200))))
+	must(t, unix.Mknod(p("new-blk"), unix.S_IFBLK|0o600, int(unix.Mkdev(259, 1<<19))))
+	must(t, bindSocket(p("new-sock")))
+	want := treetest.Dir(t, m)
+
+	rev, changed, err := l.Commit(bg)
+	if err != nil || !changed {
+		t.Fatalf("commit: %v %v", changed, err)
+	}
+	if got := treetest.Store(t, f.st, f.ws.ID); got != want {
+		t.Fatalf("committed tree differs from what the command saw:\n%s", treetest.Diff(got, want))
+	}
+	cs, err := f.st.Diff(bg, f.ws.ID, base.Rev, rev.Rev)
+	must(t, err)
+	for _, op := range cs.Ops {
+		if op.Path == "chmod-fifo" && op.Kind != core.OpChmod && op.Kind != core.OpUtimes {
+			t.Errorf("a chmod of a FIFO committed %v", op)
+		}
+	}
+}
+
+// bindSocket leaves a unix socket at p.
+func bindSocket(p string) error {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Bind(fd, &unix.SockaddrUnix{Name: p})
+}
+
 // TestNothingChanged: an exec that reads only makes no revision.
 func TestNothingChanged(t *testing.T) {
 	f := newFixture(t)
@@ -285,7 +348,7 @@ func TestRandomChanges(t *testing.T) {
 			}
 			for range 40 {
 				p := pick()
-				switch r.IntN(8) {
+				switch r.IntN(9) {
 				case 0:
 					os.RemoveAll(p)
 				case 1:
@@ -304,6 +367,14 @@ func TestRandomChanges(t *testing.T) {
 					if fh, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0); err == nil {
 						fh.WriteString("more")
 						fh.Close()
+					}
+				case 8:
+					// A socket or a device: no FIFOs, which an open (of a
+					// path through one, too) would wait on for a writer.
+					if r.IntN(2) == 0 {
+						bindSocket(p)
+					} else {
+						unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(1, uint32(r.IntN(9)))))
 					}
 				}
 			}

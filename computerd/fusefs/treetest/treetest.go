@@ -20,18 +20,25 @@ import (
 	"computerd/fsstore"
 )
 
-func describe(mode fs.FileMode, nlink uint64, target string, content []byte) string {
-	switch {
+func describe(mode fs.FileMode, nlink uint64, target string, rdev uint64, content []byte) string {
+	switch typ := mode.Type(); {
 	case mode.IsDir():
 		return fmt.Sprintf("dir %o", mode.Perm())
-	case mode&fs.ModeSymlink != 0:
+	case typ == fs.ModeSymlink:
 		return "symlink " + target
+	case typ == fs.ModeNamedPipe:
+		return fmt.Sprintf("fifo %o n%d", mode.Perm(), nlink)
+	case typ == fs.ModeSocket:
+		return fmt.Sprintf("socket %o n%d", mode.Perm(), nlink)
+	case typ&fs.ModeDevice != 0:
+		return fmt.Sprintf("device %v n%d %d:%d", mode, nlink, core.DevMajor(rdev), core.DevMinor(rdev))
 	}
 	return fmt.Sprintf("file %o n%d %d %x", mode.Perm(), nlink, len(content), sha256.Sum256(content))
 }
 
 // Dir describes the tree under root, one sorted line per entry: path,
-// type, permissions, link count, size and SHA-256 of contents, symlink target.
+// type, permissions, link count, size and SHA-256 of contents, symlink
+// target, device number.
 func Dir(t testing.TB, root string) string {
 	t.Helper()
 	var lines []string
@@ -58,7 +65,8 @@ func Dir(t testing.TB, root string) string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		lines = append(lines, rel+" "+describe(fi.Mode(), fi.Sys().(*syscall.Stat_t).Nlink, target, content))
+		sys := fi.Sys().(*syscall.Stat_t)
+		lines = append(lines, rel+" "+describe(fi.Mode(), sys.Nlink, target, sys.Rdev, content))
 		return nil
 	})
 	if err != nil {
@@ -87,7 +95,7 @@ func Store(t testing.TB, st *fsstore.Store, ws int64) string {
 				return err
 			}
 		}
-		lines = append(lines, p+" "+describe(s.Mode, uint64(s.Nlink), s.Target, content))
+		lines = append(lines, p+" "+describe(s.Mode, uint64(s.Nlink), s.Target, s.Rdev, content))
 		return nil
 	})
 	if err != nil {
