@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"computerd/client"
-	"computerd/computerd/api"
 	"computerd/core"
 	"computerd/fsstore"
 	"computerd/syncproto"
@@ -29,7 +28,7 @@ import (
 func TestSpecialFilesRoundTrip(t *testing.T) {
 	needExec(t)
 	ctx := context.Background()
-	e := start(t, api.Limits{})
+	e := startMounts(t)
 	cl := client.New(e.d.URL(), e.token)
 	e.ok("ws", "create", "w")
 	before := e.head("w")
