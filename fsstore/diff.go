@@ -447,7 +447,7 @@ func (d *differ) finish() {
 }
 
 // checkConflict fails if ops touch a path that changed between base and the head.
-func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []core.Op) error {
+func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops opList) error {
 	head := t.rev - 1
 	w := core.Workspace{ID: t.ws.id, Name: t.ws.name, Head: head}
 	if err := s.checkRev(ctx, s.wconn, w, base); err != nil {
@@ -467,7 +467,8 @@ func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []cor
 	}
 	var conflicts []string
 	seen := map[string]bool{}
-	for _, op := range ops {
+	for i := range ops.Len() {
+		op := ops.Op(i)
 		attr := op.Kind == core.OpChmod || op.Kind == core.OpChown || op.Kind == core.OpUtimes
 		paths := []string{op.Path}
 		if op.Kind == core.OpRename || op.Kind == core.OpLink {

@@ -86,7 +86,8 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 // attach imports a tar archive (plain or gzip) from the body as one
 // revision. By default the workspace's tree becomes exactly the archive's
 // contents; ?merge=1 keeps what the archive does not name. ?into=DIR places
-// the archive under DIR.
+// the archive under DIR. The entries stream into the store as they are
+// read (fsstore.Import), so memory does not grow with the archive.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspace(r)
 	if err != nil {
@@ -98,38 +99,27 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	body := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload), 256<<10)
+	packed := &countingReader{r: http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload)}
+	body := bufio.NewReaderSize(packed, 256<<10)
 	var in io.Reader = body
 	if magic, _ := body.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return badRequest("attach: bad gzip stream: %v", err)
 		}
-		in = zr
+		in = &ratioReader{r: zr, packed: packed}
 	}
-	im, err := s.Store.NewImport(r.Context(), ws.ID, !boolParam(r, "merge"))
+	ctx := r.Context()
+	im, err := s.Store.NewImport(ctx, ws.ID, !boolParam(r, "merge"))
 	if err != nil {
 		return err
 	}
-	defer im.Close() // its chunks stay safe from GC until the commit
+	defer im.Close() // the stage goes, and its chunks are safe from GC until the commit
 	now := s.Store.Now()
-	dirs := map[string]bool{"": true}
-	// ensureDirs adds the missing parents of p, shallowest first.
-	var ensureDirs func(p string)
-	ensureDirs = func(p string) {
-		d := path.Dir(p)
-		if d == "." {
-			d = ""
-		}
-		if dirs[d] {
-			return
-		}
-		ensureDirs(d)
-		im.Dir(r.Context(), d, 0o755, now)
-		dirs[d] = true
-	}
 	if into != "" {
-		ensureDirs(into + "/x")
+		if err := im.Parents(ctx, into+"/x"); err != nil {
+			return tarError(err)
+		}
 	}
 	res := wire.AttachResult{}
 	tr := tar.NewReader(in)
@@ -149,7 +139,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			continue // the archive's root directory
 		}
 		p := path.Join(into, name)
-		ensureDirs(p)
+		if err := im.Parents(ctx, p); err != nil {
+			return tarError(err)
+		}
 		mode := fsstore.ModeOf(uint32(hdr.Mode) & 0o7777) // tar's mode bits are unix's
 		mtime := hdr.ModTime
 		if mtime.IsZero() {
@@ -157,28 +149,26 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if !dirs[p] {
-				im.Dir(r.Context(), p, mode, mtime)
-				dirs[p] = true
-			}
+			err = im.Dir(ctx, p, mode, mtime)
 		case tar.TypeReg, tar.TypeRegA:
-			if err := im.File(r.Context(), p, mode, mtime, tr); err != nil {
-				return tarError(err)
-			}
+			err = im.File(ctx, p, mode, mtime, tr)
 			res.Files++
 			res.Bytes += hdr.Size
 		case tar.TypeSymlink:
-			im.Symlink(r.Context(), p, hdr.Linkname, mtime)
+			err = im.Symlink(ctx, p, hdr.Linkname, mtime)
 		case tar.TypeLink:
 			return badRequest("attach: %s is a hard link to %s; archives with hard links are not supported (store the file itself)", hdr.Name, hdr.Linkname)
 		case tar.TypeXGlobalHeader:
 		default:
 			return badRequest("attach: %s: unsupported tar entry type %q (devices and fifos cannot be stored)", hdr.Name, hdr.Typeflag)
 		}
+		if err != nil {
+			return tarError(err)
+		}
 	}
 	drain(body)
 	info := commitInfo(r, 0, fmt.Sprintf("attach %d files", res.Files))
-	rev, err := im.Commit(r.Context(), info)
+	rev, err := im.Commit(ctx, info)
 	if err != nil {
 		return err
 	}
@@ -186,6 +176,48 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	s.Metrics.Committed(rev)
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
 	return writeJSON(w, http.StatusOK, res)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Bounds on what a compressed archive may expand to: past
+// ratioFloor bytes out, at most maxRatio bytes for each byte in. Real
+// archives stay far below (source trees: 3-10x; a tree of empty files:
+// ~200x); a decompression bomb (1 GiB of zeros is 1 MiB of gzip) does not.
+const (
+	maxRatio   = 1000
+	ratioFloor = 64 << 20
+)
+
+// errRatio is what ratioReader fails with.
+var errRatio = errors.New("decompression ratio over the limit")
+
+// ratioReader reads a decompressed stream and fails once it has given
+// more than maxRatio times the compressed bytes read from packed (past
+// ratioFloor).
+type ratioReader struct {
+	r      io.Reader
+	packed *countingReader
+	out    int64
+}
+
+func (z *ratioReader) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	z.out += int64(n)
+	if z.out > ratioFloor && z.out > maxRatio*z.packed.n {
+		return n, fmt.Errorf("%w: %d bytes from %d compressed", errRatio, z.out, z.packed.n)
+	}
+	return n, err
 }
 
 // tarName validates an archive member name: relative, no escape above the root.
@@ -206,6 +238,9 @@ func tarError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return err
+	}
+	if errors.Is(err, errRatio) {
+		return failure(wire.ErrTooLarge, "attach: the archive expands to more than %d times its compressed size (%v); nothing was committed", maxRatio, err)
 	}
 	if cut := bodyCut(err, "attach"); cut != nil {
 		return cut

@@ -1,0 +1,128 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+
+	"computerd/core"
+)
+
+// commitStage moves what the hidden fork stage (made at ws's head by
+// NewImport) holds into ws as one new revision, in one transaction that
+// also drops the stage. The rows the stage wrote are copied into ws as
+// born in the new revision, and the rows of ws they replace die there;
+// no op is replayed and nothing is held in memory per entry. It fails
+// with core.ErrConflict if ws has moved since the stage was made: the
+// stage's rows were written against that head. A revision already made
+// with info.Key is answered instead (nothing is written but the stage's
+// removal).
+func (s *Store) commitStage(ctx context.Context, ws, stage int64, info CommitInfo) (core.Revision, error) {
+	var t *wtx
+	var replay *core.Revision
+	err := s.collect(ctx, func() error {
+		if info.Key != "" {
+			revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, info.Key)
+			if err != nil {
+				return err
+			}
+			if len(revs) > 0 {
+				replay = &revs[0]
+				return s.dropStage(ctx, stage)
+			}
+		}
+		st, err := s.liveWorkspace(ctx, s.wconn, stage)
+		if err != nil {
+			return err
+		}
+		if t, err = s.begin(ctx, ws); err != nil {
+			return err
+		}
+		if head := t.rev - 1; head != st.BaseRev {
+			return fmt.Errorf("the workspace moved from revision %d to %d while the import was staged; nothing was committed: %w", st.BaseRev, head, core.ErrConflict)
+		}
+		var fork bool
+		if err := s.wconn.QueryRowContext(ctx, `SELECT base_ws IS NOT NULL FROM workspaces WHERE id = ?`, ws).Scan(&fork); err != nil {
+			return wrapDB("commit import", err)
+		}
+		if err := s.wconn.QueryRowContext(ctx, `SELECT COALESCE(SUM(changes), 0) FROM revisions WHERE ws = ?`, stage).Scan(&t.changes); err != nil {
+			return wrapDB("commit import", err)
+		}
+		if t.changes == 0 {
+			return fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
+		}
+		// An inode dropped in the stage is a row of nlink 0 there (see
+		// dropInode); ws keeps such a row only if it is a fork itself, and
+		// its extents in ws die with it.
+		for _, q := range []string{
+			`UPDATE dentries AS d SET death = ?1 FROM (SELECT parent, name FROM dentries WHERE ws = ?3 AND death = ?4) AS f
+				WHERE d.ws = ?2 AND d.parent = f.parent AND d.name = f.name AND d.death = ?4`,
+			`INSERT INTO dentries(ws, parent, name, birth, death, ino, kind)
+				SELECT ?2, parent, name, ?1, ?4, ino, kind FROM dentries WHERE ws = ?3 AND death = ?4`,
+			`UPDATE extents AS e SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4 AND nlink = 0) AS f
+				WHERE e.ws = ?2 AND e.ino = f.ino AND e.death = ?4`,
+			`UPDATE inodes AS d SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4) AS f
+				WHERE d.ws = ?2 AND d.ino = f.ino AND d.death = ?4`,
+			`INSERT INTO inodes(ws, ino, ` + inodeCols + `)
+				SELECT ?2, ino, ?1, ?4, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name
+				FROM inodes WHERE ws = ?3 AND death = ?4 AND (nlink > 0 OR ?5)`,
+			`UPDATE extents AS e SET death = ?1 FROM (SELECT ino, idx FROM extents WHERE ws = ?3 AND death = ?4) AS f
+				WHERE e.ws = ?2 AND e.ino = f.ino AND e.idx = f.idx AND e.death = ?4`,
+			`INSERT INTO extents(ws, ino, idx, birth, death, chunk)
+				SELECT ?2, ino, idx, ?1, ?4, chunk FROM extents WHERE ws = ?3 AND death = ?4`,
+		} {
+			if _, err := s.wconn.ExecContext(ctx, q, t.rev, ws, stage, forever, fork); err != nil {
+				return wrapDB("commit import", err)
+			}
+		}
+		if err := t.finish(info); err != nil {
+			return err
+		}
+		return s.dropStage(ctx, stage)
+	})
+	if err != nil {
+		return core.Revision{}, err
+	}
+	if replay != nil {
+		return *replay, nil
+	}
+	rev := t.revision(info)
+	if s.OnCommit != nil {
+		s.OnCommit(ws, rev)
+	}
+	return rev, nil
+}
+
+// dropStage deletes a stage and its rows; the caller is in a write
+// transaction.
+func (s *Store) dropStage(ctx context.Context, stage int64) error {
+	if _, err := s.wconn.ExecContext(ctx, `UPDATE workspaces SET deleted_ns = ? WHERE id = ?`, s.Now().UnixNano(), stage); err != nil {
+		return wrapDB("drop import stage", err)
+	}
+	return s.collectLayer(ctx, stage)
+}
+
+// dropStages deletes the stages of imports a crash cut short: with the
+// data directory locked, no import of another process is under way.
+func (s *Store) dropStages(ctx context.Context) error {
+	rows, err := s.wconn.QueryContext(ctx, `SELECT id FROM workspaces WHERE deleted_ns IS NULL AND substr(tenant, 1, ?1) = ?2`,
+		len(importTenantPrefix), importTenantPrefix)
+	if err != nil {
+		return wrapDB("find import stages", err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return wrapDB("find import stages", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		if err := s.collect(ctx, func() error { return s.dropStage(ctx, id) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
