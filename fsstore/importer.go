@@ -33,6 +33,12 @@ type Import struct {
 	dirs    map[string]bool // directories known to stand in the stage (a bounded cache)
 	times   *os.File        // the times of the directories added, set at Commit (see addTime)
 	ntimes  int
+	// empty: the stage's tree was empty when the import began (it replaces
+	// the tree, or the workspace had nothing), so only a directory can be
+	// there before this import names it again: files and symlinks are
+	// not looked up.
+	empty bool
+	sn    *Snapshot // the stage as the last flush left it (nil: not opened since)
 	tw      *bufio.Writer
 	done    bool
 	// Progress, if set, is called after each entry with the running totals.
@@ -69,7 +75,7 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 	if err != nil {
 		return nil, err
 	}
-	im := &Import{s: s, ws: ws, stage: stage, up: s.NewUploader(), added: map[string]bool{}, dirs: map[string]bool{"": true}}
+	im := &Import{s: s, ws: ws, stage: stage, up: s.NewUploader(), added: map[string]bool{}, dirs: map[string]bool{"": true}, empty: replace}
 	if im.times, err = os.CreateTemp(s.Dir, "import-times-*"); err != nil {
 		im.Close()
 		return nil, fmt.Errorf("import: %w", err)
@@ -82,6 +88,14 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 			im.Close()
 			return nil, err
 		}
+	} else if sn, err := im.snapshot(ctx); err != nil {
+		im.Close()
+		return nil, err
+	} else if es, err := sn.ReadDir(ctx, ""); err != nil {
+		im.Close()
+		return nil, err
+	} else {
+		im.empty = len(es) == 0
 	}
 	return im, nil
 }
@@ -101,7 +115,20 @@ func (im *Import) flush(ctx context.Context) error {
 	clear(im.pending)
 	im.pending = im.pending[:0]
 	clear(im.added)
+	im.sn = nil
 	return nil
+}
+
+// snapshot opens the stage as the last flush left it.
+func (im *Import) snapshot(ctx context.Context) (*Snapshot, error) {
+	if im.sn == nil {
+		sn, err := im.s.Snapshot(ctx, im.stage, core.Head)
+		if err != nil {
+			return nil, err
+		}
+		im.sn = sn
+	}
+	return im.sn, nil
 }
 
 // add queues an op, committing the queue when it is full.
@@ -114,15 +141,20 @@ func (im *Import) add(ctx context.Context, op core.Op) error {
 }
 
 // existing reports what stands at p in the tree being built: whether
-// anything does, and whether it is a directory.
-func (im *Import) existing(ctx context.Context, p string) (found, dir bool, err error) {
+// anything does, and whether it is a directory. For a file or symlink
+// about to be added (entry), an import that began empty looks no
+// further than what it has just added (see empty).
+func (im *Import) existing(ctx context.Context, p string, entry bool) (found, dir bool, err error) {
 	if isDir, ok := im.added[p]; ok {
 		return true, isDir, nil
 	}
 	if im.dirs[p] {
 		return true, true, nil
 	}
-	sn, err := im.s.Snapshot(ctx, im.stage, core.Head)
+	if im.empty && entry {
+		return false, false, nil
+	}
+	sn, err := im.snapshot(ctx)
 	if err != nil {
 		return false, false, err
 	}
@@ -148,9 +180,10 @@ func (im *Import) knowDir(p string) {
 }
 
 // replaceAt removes what stands at p unless keep says it may stay; it
-// reports whether something of the kind wanted stands there.
-func (im *Import) replaceAt(ctx context.Context, p string, keep func(dir bool) bool) (kept bool, err error) {
-	found, dir, err := im.existing(ctx, p)
+// reports whether something of the kind wanted stands there. entry: a
+// file or symlink is about to be added (see existing).
+func (im *Import) replaceAt(ctx context.Context, p string, entry bool, keep func(dir bool) bool) (kept bool, err error) {
+	found, dir, err := im.existing(ctx, p, entry)
 	if err != nil || !found {
 		return false, err
 	}
@@ -192,7 +225,7 @@ func (im *Import) Parents(ctx context.Context, p string) error {
 	if d == "" || im.dirs[d] || im.added[d] {
 		return nil
 	}
-	found, dir, err := im.existing(ctx, d)
+	found, dir, err := im.existing(ctx, d, false)
 	if err != nil || (found && dir) {
 		return err
 	}
@@ -210,7 +243,7 @@ func parentDir(p string) string {
 // Dir adds a directory (parents must come first; an existing one is kept,
 // its mode and time set).
 func (im *Import) Dir(ctx context.Context, p string, mode fs.FileMode, mtime time.Time) error {
-	kept, err := im.replaceAt(ctx, p, func(dir bool) bool { return dir })
+	kept, err := im.replaceAt(ctx, p, false, func(dir bool) bool { return dir })
 	if err != nil {
 		return err
 	}
@@ -234,7 +267,7 @@ func (im *Import) File(ctx context.Context, p string, mode fs.FileMode, mtime ti
 	if err != nil {
 		return fmt.Errorf("import %q: %w", p, err)
 	}
-	if _, err := im.replaceAt(ctx, p, func(dir bool) bool { return !dir }); err != nil {
+	if _, err := im.replaceAt(ctx, p, true, func(dir bool) bool { return !dir }); err != nil {
 		return err
 	}
 	im.added[p] = false
@@ -244,7 +277,7 @@ func (im *Import) File(ctx context.Context, p string, mode fs.FileMode, mtime ti
 
 // Symlink adds a symbolic link.
 func (im *Import) Symlink(ctx context.Context, p, target string, mtime time.Time) error {
-	if _, err := im.replaceAt(ctx, p, func(bool) bool { return false }); err != nil {
+	if _, err := im.replaceAt(ctx, p, true, func(bool) bool { return false }); err != nil {
 		return err
 	}
 	im.added[p] = false
