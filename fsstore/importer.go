@@ -39,8 +39,8 @@ type Import struct {
 	// not looked up.
 	empty bool
 	sn    *Snapshot // the stage as the last flush left it (nil: not opened since)
-	tw      *bufio.Writer
-	done    bool
+	tw    *bufio.Writer
+	done  bool
 	// Progress, if set, is called after each entry with the running totals.
 	Progress func(files int, bytes int64)
 	files    int

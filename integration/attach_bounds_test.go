@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"computerd/client"
+	"computerd/computerd/api"
+	"computerd/core"
 	"computerd/wire"
 )
 
@@ -202,5 +204,60 @@ func TestAttachDecompressionRatio(t *testing.T) {
 	zw.Close()
 	if _, err := cl.Attach(ctx, "w", &buf, client.AttachOptions{}); err != nil {
 		t.Fatalf("attach of 32 MiB of zeros: %v", err)
+	}
+}
+
+// List, find and diff stream their answers: over a tree of 200k entries,
+// a recursive listing (33 MiB of JSON) goes out while the daemon's heap grows by a
+// few MiB. A diff still holds the changes the store computes (its diff is
+// O(changes): ~900 bytes of heap a change, garbage included), never their
+// encoding nor the files' texts.
+func TestBoundListings(t *testing.T) {
+	const n = 200000
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cl := client.New(e.d.URL(), e.token)
+	ctx := context.Background()
+	pr, pw := io.Pipe()
+	go manyEntries(pw, n)
+	if _, err := cl.Attach(ctx, "w", pr, client.AttachOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int64, int) {
+		req, _ := http.NewRequest("GET", e.d.URL()+path, nil)
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		size, err := io.Copy(io.Discard, resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+		return size, resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name, path string
+		bound      int64
+	}{
+		{"list", "/v1/workspaces/w/list/?recursive=1", 24 << 20},
+		{"find", "/v1/workspaces/w/find?name=f*", 24 << 20},
+		{"diff stat", "/v1/workspaces/w/diff?from=1&to=2&format=stat", 1536 * n},
+		{"diff changeset", "/v1/workspaces/w/diff?from=1&to=2&format=changeset", 1536 * n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var size int64
+			grew := heapGrowth(func() { size, _ = get(tc.path) })
+			t.Logf("%s: %.1f MiB answered, heap grew %.1f MiB", tc.name, float64(size)/(1<<20), float64(grew)/(1<<20))
+			if bound := tc.bound; grew > bound {
+				t.Fatalf("heap grew %.1f MiB for an answer of %.1f MiB, want under %.1f MiB", float64(grew)/(1<<20), float64(size)/(1<<20), float64(tc.bound)/(1<<20))
+			}
+		})
+	}
+	// The client reads a streamed listing as it comes.
+	entries := 0
+	if err := cl.ListEach(ctx, "w", "", 0, true, func(core.Stat) error { entries++; return nil }); err != nil || entries != n {
+		t.Fatalf("ListEach: %d entries (%v), want %d", entries, err, n)
 	}
 }

@@ -141,15 +141,10 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
 		return s.Store.WriteDiff(r.Context(), w, ws.ID, from, to)
 	case "stat":
-		files, err := s.Store.DiffFiles(r.Context(), ws.ID, from, to)
+		out := newArray(w)
+		err := s.Store.EachFileChange(r.Context(), ws.ID, from, to, func(f core.FileChange) error { return out.add(f) })
 		if err != nil {
 			return err
-		}
-		out := newArray(w)
-		for _, f := range files {
-			if err := out.add(f); err != nil {
-				return err
-			}
 		}
 		return out.end()
 	case "changeset":
