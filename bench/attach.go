@@ -12,9 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"computerd/client"
@@ -68,11 +66,11 @@ func runAttach(ctx context.Context, env *Env) error {
 		d.stop(false)
 		daemon.CleanupMounts(data)
 	}()
-	out, err := exec.CommandContext(ctx, bin, "token", "create", "--data", data, "bench").Output()
+	token, err := d.token(ctx, bin, data, "bench")
 	if err != nil {
-		return fmt.Errorf("token create: %w", err)
+		return err
 	}
-	cl := client.New(d.url, strings.TrimSpace(string(out)))
+	cl := client.New(d.url, token)
 	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
 		return err
 	}

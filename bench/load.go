@@ -103,18 +103,15 @@ func startLoadDaemon(ctx context.Context, bin, helper, dir string) (*loadDaemon,
 }
 
 // peakRSSMiB is the daemon's peak resident set size.
-func (d *loadDaemon) peakRSSMiB() (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+func (d *loadDaemon) peakRSSMiB() (float64, error) { return peakRSSOf(strconv.Itoa(d.cmd.Process.Pid)) }
+
+// token creates a token for tenant with the computerd binary bin.
+func (d *loadDaemon) token(ctx context.Context, bin, data, tenant string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "token", "create", "--data", data, tenant).Output()
 	if err != nil {
-		return 0, err
+		return "", fmt.Errorf("token create %s: %w", tenant, err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM")
+	return strings.TrimSpace(string(out)), nil
 }
 
 // stop ends the daemon: gracefully (SIGTERM), or with SIGKILL.
@@ -343,11 +340,11 @@ func runLoad(ctx context.Context, env *Env) error {
 	var tenants []*loadTenant
 	for i := range loadTenants {
 		name := fmt.Sprintf("tenant%d", i)
-		out, err := exec.CommandContext(ctx, bin, "token", "create", "--data", data, name).Output()
+		token, err := d.token(ctx, bin, data, name)
 		if err != nil {
-			return fmt.Errorf("token create: %w", err)
+			return err
 		}
-		t := &loadTenant{name: name, cl: client.New(d.url, strings.TrimSpace(string(out)))}
+		t := &loadTenant{name: name, cl: client.New(d.url, token)}
 		t.cl.ExecBusyRetries = -1 // a busy answer is counted, not waited out
 		for j := range loadWorkspaces {
 			ws := fmt.Sprintf("ws%02d", j)

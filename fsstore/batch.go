@@ -54,17 +54,10 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 	var t *wtx
 	var replay *core.Revision
 	err := s.inTx(ctx, func() error {
-		if info.Key != "" {
-			revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, info.Key)
-			if err != nil {
-				return err
-			}
-			if len(revs) > 0 {
-				replay = &revs[0]
-				return nil
-			}
-		}
 		var err error
+		if replay, err = s.keyedRevision(ctx, ws, info.Key); err != nil || replay != nil {
+			return err
+		}
 		if t, err = s.begin(ctx, ws); err != nil {
 			return err
 		}
@@ -90,6 +83,19 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 		s.OnCommit(ws, rev)
 	}
 	return rev, false, nil
+}
+
+// keyedRevision finds, inside a write transaction, the revision of ws a
+// mutation with idempotency key made (nil if none, or if key is empty).
+func (s *Store) keyedRevision(ctx context.Context, ws int64, key string) (*core.Revision, error) {
+	if key == "" {
+		return nil, nil
+	}
+	revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, key)
+	if err != nil || len(revs) == 0 {
+		return nil, err
+	}
+	return &revs[0], nil
 }
 
 // revision ends the leases of a committed transaction's chunks and

@@ -20,15 +20,11 @@ func (s *Store) commitStage(ctx context.Context, ws, stage int64, info CommitInf
 	var t *wtx
 	var replay *core.Revision
 	err := s.collect(ctx, func() error {
-		if info.Key != "" {
-			revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, info.Key)
-			if err != nil {
-				return err
-			}
-			if len(revs) > 0 {
-				replay = &revs[0]
-				return s.dropStage(ctx, stage)
-			}
+		var err error
+		if replay, err = s.keyedRevision(ctx, ws, info.Key); err != nil {
+			return err
+		} else if replay != nil {
+			return s.dropStage(ctx, stage)
 		}
 		st, err := s.liveWorkspace(ctx, s.wconn, stage)
 		if err != nil {
