@@ -4,8 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"computerd/client"
 	"computerd/computerd/api"
@@ -259,5 +261,56 @@ func TestBoundListings(t *testing.T) {
 	entries := 0
 	if err := cl.ListEach(ctx, "w", "", 0, true, func(core.Stat) error { entries++; return nil }); err != nil || entries != n {
 		t.Fatalf("ListEach: %d entries (%v), want %d", entries, err, n)
+	}
+}
+
+// A zstd archive attaches as a gzip one does, under the same ratio limit.
+func TestAttachZstd(t *testing.T) {
+	_, cl := attachEntriesEnv(t)
+	ctx := context.Background()
+	archive := func(files map[string]int) *bytes.Buffer {
+		var buf bytes.Buffer
+		zw, err := zstd.NewWriter(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw := tar.NewWriter(zw)
+		for name, size := range files {
+			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(size)})
+			for left := size; left > 0; left -= min(left, 1<<20) {
+				tw.Write(bytes.Repeat([]byte{'z'}, min(left, 1<<20)))
+			}
+		}
+		tw.Close()
+		zw.Close()
+		return &buf
+	}
+	res, err := cl.Attach(ctx, "w", archive(map[string]int{"a.txt": 5, "dir/b.txt": 3}), client.AttachOptions{})
+	if err != nil || res.Files != 2 {
+		t.Fatalf("attach of a zstd archive: %+v %v", res, err)
+	}
+	r, err := cl.Read(ctx, "w", "dir/b.txt", client.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if string(got) != "zzz" {
+		t.Fatalf("dir/b.txt reads %q", got)
+	}
+	bomb := archive(map[string]int{"zeros": 1 << 30})
+	t.Logf("1 GiB as zstd: %d bytes", bomb.Len())
+	_, err = cl.Attach(ctx, "w", bomb, client.AttachOptions{})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("attach of a zstd bomb: %v, want 413", err)
+	}
+	if ws, err := cl.Workspace(ctx, "w"); err != nil || ws.Head != 2 {
+		t.Fatalf("head after the refused attach: %+v %v, want 2", ws, err)
+	}
+	// A stream that is not zstd past its magic is bad input.
+	_, err = cl.Attach(ctx, "w", bytes.NewReader(append([]byte{0x28, 0xb5, 0x2f, 0xfd}, bytes.Repeat([]byte{0xff}, 100)...)), client.AttachOptions{})
+	if !errors.As(err, &we) || we.Status != http.StatusBadRequest {
+		t.Fatalf("attach of a broken zstd stream: %v, want 400", err)
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -83,7 +86,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// attach imports a tar archive (plain or gzip) from the body as one
+// attach imports a tar archive (plain, gzip or zstd) from the body as one
 // revision. By default the workspace's tree becomes exactly the archive's
 // contents; ?merge=1 keeps what the archive does not name. ?into=DIR places
 // the archive under DIR. The entries stream into the store as they are
@@ -102,11 +105,20 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	packed := &countingReader{r: http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload)}
 	body := bufio.NewReaderSize(packed, 256<<10)
 	var in io.Reader = body
-	if magic, _ := body.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	magic, _ := body.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return badRequest("attach: bad gzip stream: %v", err)
 		}
+		in = &ratioReader{r: zr, packed: packed}
+	case bytes.HasPrefix(magic, zstdMagic):
+		zr, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(zstdMaxWindow))
+		if err != nil {
+			return badRequest("attach: bad zstd stream: %v", err)
+		}
+		defer zr.Close()
 		in = &ratioReader{r: zr, packed: packed}
 	}
 	ctx := r.Context()
@@ -178,15 +190,30 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, res)
 }
 
-// countingReader counts the bytes read through it.
+// The first bytes of a gzip and of a zstd stream.
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// zstdMaxWindow bounds the window a zstd archive may ask its decoder to
+// keep (what zstd -19 uses is 8 MiB; --long=27, 128 MiB, is refused).
+const zstdMaxWindow = 16 << 20
+
+// countingReader counts the bytes read through it, and keeps the error
+// that ended them.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	err error
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
 	return n, err
 }
 
@@ -199,12 +226,17 @@ const (
 	ratioFloor = 64 << 20
 )
 
-// errRatio is what ratioReader fails with.
-var errRatio = errors.New("decompression ratio over the limit")
+// What ratioReader fails with: an archive over the ratio, or one its
+// decompressor cannot read.
+var (
+	errRatio      = errors.New("decompression ratio over the limit")
+	errCompressed = errors.New("bad compressed stream")
+)
 
 // ratioReader reads a decompressed stream and fails once it has given
 // more than maxRatio times the compressed bytes read from packed (past
-// ratioFloor).
+// ratioFloor). A failure of the decompressor itself (not of the body
+// beneath it, whose errors pass as they are) is errCompressed.
 type ratioReader struct {
 	r      io.Reader
 	packed *countingReader
@@ -216,6 +248,9 @@ func (z *ratioReader) Read(p []byte) (int, error) {
 	z.out += int64(n)
 	if z.out > ratioFloor && z.out > maxRatio*z.packed.n {
 		return n, fmt.Errorf("%w: %d bytes from %d compressed", errRatio, z.out, z.packed.n)
+	}
+	if err != nil && !errors.Is(err, io.EOF) && (z.packed.err == nil || errors.Is(z.packed.err, io.EOF)) {
+		return n, fmt.Errorf("%w: %w", errCompressed, err)
 	}
 	return n, err
 }
@@ -241,6 +276,12 @@ func tarError(err error) error {
 	}
 	if errors.Is(err, errRatio) {
 		return failure(wire.ErrTooLarge, "attach: the archive expands to more than %d times its compressed size (%v); nothing was committed", maxRatio, err)
+	}
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return failure(wire.ErrTooLarge, "attach: the zstd archive needs a window over %d bytes (%v); nothing was committed", zstdMaxWindow, err)
+	}
+	if errors.Is(err, errCompressed) {
+		return badRequest("attach: bad archive: %v", err)
 	}
 	if cut := bodyCut(err, "attach"); cut != nil {
 		return cut
