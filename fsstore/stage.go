@@ -2,7 +2,10 @@ package fsstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 
 	"computerd/core"
 )
@@ -48,26 +51,46 @@ func (s *Store) commitStage(ctx context.Context, ws, stage int64, info CommitInf
 		}
 		// An inode dropped in the stage is a row of nlink 0 there (see
 		// dropInode); ws keeps such a row only if it is a fork itself, and
-		// its extents in ws die with it.
-		for _, q := range []string{
-			`UPDATE dentries AS d SET death = ?1 FROM (SELECT parent, name FROM dentries WHERE ws = ?3 AND death = ?4) AS f
-				WHERE d.ws = ?2 AND d.parent = f.parent AND d.name = f.name AND d.death = ?4`,
-			`INSERT INTO dentries(ws, parent, name, birth, death, ino, kind)
-				SELECT ?2, parent, name, ?1, ?4, ino, kind FROM dentries WHERE ws = ?3 AND death = ?4`,
-			`UPDATE extents AS e SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4 AND nlink = 0) AS f
-				WHERE e.ws = ?2 AND e.ino = f.ino AND e.death = ?4`,
-			`UPDATE inodes AS d SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4) AS f
-				WHERE d.ws = ?2 AND d.ino = f.ino AND d.death = ?4`,
-			`INSERT INTO inodes(ws, ino, ` + inodeCols + `)
-				SELECT ?2, ino, ?1, ?4, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name
-				FROM inodes WHERE ws = ?3 AND death = ?4 AND (nlink > 0 OR ?5)`,
-			`UPDATE extents AS e SET death = ?1 FROM (SELECT ino, idx FROM extents WHERE ws = ?3 AND death = ?4) AS f
-				WHERE e.ws = ?2 AND e.ino = f.ino AND e.idx = f.idx AND e.death = ?4`,
-			`INSERT INTO extents(ws, ino, idx, birth, death, chunk)
-				SELECT ?2, ino, idx, ?1, ?4, chunk FROM extents WHERE ws = ?3 AND death = ?4`,
+		// its extents in ws die with it. Each statement runs over a range
+		// of at most stageChunk of the stage's rows (cond), so what SQLite
+		// gathers for it stays small however big the stage.
+		for _, step := range []struct {
+			table string
+			key   []string
+			stmts []string
+		}{
+			{"dentries", []string{"parent", "name"}, []string{
+				`UPDATE dentries AS d SET death = ?1 FROM (SELECT parent, name FROM dentries WHERE ws = ?3 AND death = ?4 AND %[1]s) AS f
+					WHERE d.ws = ?2 AND d.parent = f.parent AND d.name = f.name AND d.death = ?4`,
+				`INSERT INTO dentries(ws, parent, name, birth, death, ino, kind)
+					SELECT ?2, parent, name, ?1, ?4, ino, kind FROM dentries WHERE ws = ?3 AND death = ?4 AND %[1]s`,
+			}},
+			{"inodes", []string{"ino"}, []string{
+				`UPDATE extents AS e SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4 AND nlink = 0 AND %[1]s) AS f
+					WHERE e.ws = ?2 AND e.ino = f.ino AND e.death = ?4`,
+				`UPDATE inodes AS d SET death = ?1 FROM (SELECT ino FROM inodes WHERE ws = ?3 AND death = ?4 AND %[1]s) AS f
+					WHERE d.ws = ?2 AND d.ino = f.ino AND d.death = ?4`,
+				`INSERT INTO inodes(ws, ino, ` + inodeCols + `)
+					SELECT ?2, ino, ?1, ?4, mode, uid, gid, nlink, size, mtime_ns, ctime_ns, target, parent, name
+					FROM inodes WHERE ws = ?3 AND death = ?4 AND (nlink > 0 OR ?5) AND %[1]s`,
+			}},
+			{"extents", []string{"ino", "idx"}, []string{
+				`UPDATE extents AS e SET death = ?1 FROM (SELECT ino, idx FROM extents WHERE ws = ?3 AND death = ?4 AND %[1]s) AS f
+					WHERE e.ws = ?2 AND e.ino = f.ino AND e.idx = f.idx AND e.death = ?4`,
+				`INSERT INTO extents(ws, ino, idx, birth, death, chunk)
+					SELECT ?2, ino, idx, ?1, ?4, chunk FROM extents WHERE ws = ?3 AND death = ?4 AND %[1]s`,
+			}},
 		} {
-			if _, err := s.wconn.ExecContext(ctx, q, t.rev, ws, stage, forever, fork); err != nil {
-				return wrapDB("commit import", err)
+			err := s.stageRanges(ctx, step.table, step.key, stage, func(cond string, args []any) error {
+				for _, q := range step.stmts {
+					if _, err := s.wconn.ExecContext(ctx, fmt.Sprintf(q, cond), append([]any{t.rev, ws, stage, forever, fork}, args...)...); err != nil {
+						return wrapDB("commit import", err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 		if err := t.finish(info); err != nil {
@@ -86,6 +109,53 @@ func (s *Store) commitStage(ctx context.Context, ws, stage int64, info CommitInf
 		s.OnCommit(ws, rev)
 	}
 	return rev, nil
+}
+
+// stageChunk is how many of a stage's rows one statement of commitStage
+// moves (a variable for tests).
+var stageChunk = 16384
+
+// stageRanges calls fn with successive ranges, in key order, of the live
+// rows of stage in table, at most stageChunk rows each: a condition on
+// the key's columns whose placeholders are numbered from 6, and their
+// values.
+func (s *Store) stageRanges(ctx context.Context, table string, key []string, stage int64, fn func(cond string, args []any) error) error {
+	cols := strings.Join(key, ", ")
+	tuple := func(from int) string {
+		ph := make([]string, len(key))
+		for i := range ph {
+			ph[i] = fmt.Sprintf("?%d", from+i)
+		}
+		return "(" + strings.Join(ph, ", ") + ")"
+	}
+	var lo []any
+	for {
+		cond, args := "1", []any(nil)
+		if lo != nil {
+			cond, args = "("+cols+") > "+tuple(6), lo
+		}
+		// The last key of this range: stageChunk rows on, if there are so many.
+		hi := make([]any, len(key))
+		ptrs := make([]any, len(key))
+		for i := range hi {
+			ptrs[i] = &hi[i]
+		}
+		q := fmt.Sprintf(`SELECT %s FROM %s WHERE ws = ?1 AND death = ?2 AND %s ORDER BY %s LIMIT 1 OFFSET %d`,
+			cols, table, strings.ReplaceAll(strings.ReplaceAll(cond, "?6", "?3"), "?7", "?4"), cols, stageChunk-1)
+		err := s.wconn.QueryRowContext(ctx, q, append([]any{stage, forever}, args...)...).Scan(ptrs...)
+		last := errors.Is(err, sql.ErrNoRows)
+		if err != nil && !last {
+			return wrapDB("commit import", err)
+		}
+		if !last {
+			cond += " AND (" + cols + ") <= " + tuple(6+len(lo))
+			args = append(append([]any(nil), args...), hi...)
+		}
+		if err := fn(cond, args); err != nil || last {
+			return err
+		}
+		lo = hi
+	}
 }
 
 // dropStage deletes a stage and its rows; the caller is in a write

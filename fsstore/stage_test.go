@@ -80,6 +80,7 @@ func runImport(t *testing.T, s *fsstore.Store, ws int64, replace bool, entries [
 // or merges, into a workspace or a fork, over several stage batches.
 func TestImportStaged(t *testing.T) {
 	ctx := context.Background()
+	defer fsstore.SetStageChunk(777)() // many ranges, of every table
 	for _, tc := range []struct {
 		name          string
 		fork, replace bool
