@@ -3,6 +3,7 @@ package fsstore
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -68,8 +69,10 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 		if err != nil {
 			return err
 		}
+		var tag [8]byte
+		rand.Read(tag[:])
 		w.Tenant = importTenantPrefix + w.Tenant
-		stage, err = s.insertFork(ctx, w, w.Head, fmt.Sprintf("%d~%d", ws, s.Now().UnixNano()))
+		stage, err = s.insertFork(ctx, w, w.Head, fmt.Sprintf("%d~%x", ws, tag))
 		return err
 	})
 	if err != nil {
@@ -345,7 +348,7 @@ func (im *Import) Close() error {
 	}
 	if !im.done {
 		im.done = true
-		err := im.s.DeleteWorkspace(context.WithoutCancel(context.Background()), im.stage)
+		err := im.s.DeleteWorkspace(context.Background(), im.stage)
 		if !errors.Is(err, core.ErrWorkspaceNotFound) {
 			errs = append(errs, err)
 		}
