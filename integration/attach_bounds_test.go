@@ -83,10 +83,9 @@ func attachEntriesEnv(t *testing.T) (*child, *client.Client) {
 // not grow with the number of entries (it held ~0.9 KiB an entry until
 // the commit, so 300k entries broke 256 MiB). Its RSS rises while
 // SQLite's page caches fill (bounded: 64 MiB for the writer, 16 MiB per
-// reader) and then stays flat: 124 MiB from 350k to 600k entries, 184
-// MiB at the peak of the final commit. The figure for 1M entries is the
-// load bench's (`go run ./bench -suite load`); set
-// COMPUTERD_ATTACH_ENTRIES to run that many here.
+// reader) and then stays flat: 185 MiB at the peak for 1M entries
+// (`go run ./bench -suite attach`); set COMPUTERD_ATTACH_ENTRIES to run
+// that many here.
 func TestBoundAttachEntries(t *testing.T) {
 	n := 300000
 	if v := os.Getenv("COMPUTERD_ATTACH_ENTRIES"); v != "" {
