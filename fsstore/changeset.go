@@ -311,8 +311,13 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]core.Op
 		if err := d.created(in, []string{q}); err != nil {
 			return err
 		}
-		ops = append(ops, d.adds...)
-		times = append(times, d.edits...)
+		for _, op := range d.ops { // the add, then its attributes
+			if opPhase(op.Kind) == opPhase(core.OpUtimes) {
+				times = append(times, op)
+			} else {
+				ops = append(ops, op)
+			}
+		}
 		return nil
 	})
 	return append(append(ops, links...), times...), err
