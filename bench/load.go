@@ -80,7 +80,9 @@ func startLoadDaemon(ctx context.Context, bin, helper, dir string) (*loadDaemon,
 		return nil, err
 	}
 	urls := make(chan string, 1)
+	ended := make(chan []string, 1) // stderr closed: the process is gone; its last lines
 	go func() {
+		var last []string
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := loadServingRE.FindStringSubmatch(sc.Text()); m != nil {
@@ -89,12 +91,17 @@ func startLoadDaemon(ctx context.Context, bin, helper, dir string) (*loadDaemon,
 				default:
 				}
 			}
+			last = append(last[max(0, len(last)-9):], sc.Text())
 		}
+		ended <- last
 	}()
 	select {
 	case u := <-urls:
 		return &loadDaemon{cmd: cmd, url: u}, nil
-	case <-time.After(60 * time.Second):
+	case last := <-ended:
+		cmd.Wait()
+		return nil, fmt.Errorf("computerd exited before serving: %s", strings.Join(last, "\n"))
+	case <-time.After(3 * time.Minute):
 	case <-ctx.Done():
 	}
 	cmd.Process.Kill()

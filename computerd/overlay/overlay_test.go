@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"computerd/computerd/fusefs"
 	"computerd/computerd/fusefs/treetest"
 	"computerd/computerd/overlay"
@@ -248,6 +250,24 @@ func TestRecover(t *testing.T) {
 	sn, _ := f.st.Snapshot(bg, f.ws.ID, 0)
 	if b, err := sn.ReadFile(bg, "new"); err != nil || string(b) != "kept" {
 		t.Fatalf("interrupted write: %q %v", b, err)
+	}
+}
+
+// A layer whose removal a kill cut short (its record left, its upper
+// layer gone) does not stop recovery: it was done with.
+func TestRecoverCutRemoval(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
+	dir := filepath.Join(f.dir, "layers")
+	os.Mkdir(dir, 0o700)
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev,
+		Dir: filepath.Join(dir, "x7"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x7"}})
+	must(t, err)
+	must(t, unix.Unmount(l.Mountpoint(), unix.MNT_DETACH))
+	must(t, os.RemoveAll(filepath.Join(dir, "x7", "upper")))
+	must(t, overlay.Recover(bg, f.st, f.view, dir))
+	if _, err := os.Stat(filepath.Join(dir, "x7")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("layer left after Recover: %v", err)
 	}
 }
 
