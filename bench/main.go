@@ -126,7 +126,11 @@ type Env struct {
 	Dir     string // this run's temporary directory; the suite may use it freely
 	Verbose bool
 	Timeout time.Duration // for each metric's measurement (see phase)
-	emit    func(Result)
+	// LoadDuration is how long the load suite's measured round runs.
+	LoadDuration time.Duration
+	// AttachEntries is how many entries the attach suite's archive holds.
+	AttachEntries int
+	emit          func(Result)
 }
 
 // Emit reports one result as soon as it is measured.
@@ -186,6 +190,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cpuprofile := fl.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	verbose := fl.Bool("v", false, "print progress to stderr")
 	timeout := fl.Duration("timeout", 5*time.Minute, "give up on a metric that takes longer than this (it fails)")
+	loadDuration := fl.Duration("load-duration", 60*time.Second, "how long the load suite's measured round runs")
+	attachEntries := fl.Int("attach-entries", 1000000, "entries of the attach suite's archive")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./bench [flags]\n\nsuites:\n")
 		for _, n := range suiteNames() {
@@ -276,7 +282,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			return 2
 		}
-		env := &Env{Src: *src, Dir: sdir, Verbose: *verbose, Timeout: *timeout, emit: emit}
+		env := &Env{Src: *src, Dir: sdir, Verbose: *verbose, Timeout: *timeout, LoadDuration: *loadDuration, AttachEntries: *attachEntries, emit: emit}
 		err := s.Run(ctx, env)
 		// Free the suite's data before the next one runs.
 		if rerr := os.RemoveAll(sdir); err == nil && rerr != nil {

@@ -194,8 +194,11 @@ func startRSSWindow() {
 }
 
 // peakRSSMiB is the process's peak resident set size.
-func peakRSSMiB() (float64, error) {
-	data, err := os.ReadFile("/proc/self/status")
+func peakRSSMiB() (float64, error) { return peakRSSOf("self") }
+
+// peakRSSOf is the peak resident set size of process pid ("self" for this one).
+func peakRSSOf(pid string) (float64, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
 	}

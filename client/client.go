@@ -239,16 +239,52 @@ func (c *Client) Stat(ctx context.Context, ws, p string, rev int64) (core.Stat, 
 
 // List returns the entries of directory p (or p itself if it is not one).
 func (c *Client) List(ctx context.Context, ws, p string, rev int64, recursive bool) ([]core.Stat, error) {
+	out := []core.Stat{}
+	return out, c.ListEach(ctx, ws, p, rev, recursive, func(st core.Stat) error {
+		out = append(out, st)
+		return nil
+	})
+}
+
+// ListEach calls fn with each entry List would return, as the server
+// streams them; an error from fn ends the listing.
+func (c *Client) ListEach(ctx context.Context, ws, p string, rev int64, recursive bool, fn func(core.Stat) error) error {
 	q := revQuery(rev)
 	if recursive {
 		q.Set("recursive", "1")
 	}
-	var out []core.Stat
 	u, err := fileURL(ws, "/list/", p)
 	if err != nil {
-		return out, err
+		return err
 	}
-	return out, c.Call(ctx, "GET", u, q, nil, &out)
+	return eachOf(ctx, c, u, q, "list", fn)
+}
+
+// eachOf calls fn with each element of the JSON array the GET of path
+// answers, decoding one element at a time as it arrives.
+func eachOf[T any](ctx context.Context, c *Client, path string, q url.Values, what string, fn func(T) error) error {
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: path, Query: q})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fmt.Errorf("%s: bad answer: want a JSON array (%v)", what, err)
+	}
+	for dec.More() {
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("%s: answer cut short: %w", what, err)
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return fmt.Errorf("%s: answer cut short: %w", what, err)
+	}
+	return nil
 }
 
 // Ops commits a batch of ops as one revision.
@@ -273,14 +309,23 @@ type FindOptions struct {
 
 // Find lists matching paths.
 func (c *Client) Find(ctx context.Context, ws string, opt FindOptions) ([]string, error) {
+	out := []string{}
+	return out, c.FindEach(ctx, ws, opt, func(p string) error {
+		out = append(out, p)
+		return nil
+	})
+}
+
+// FindEach calls fn with each path Find would return, as the server
+// streams them; an error from fn ends the search.
+func (c *Client) FindEach(ctx context.Context, ws string, opt FindOptions, fn func(string) error) error {
 	q := revQuery(opt.Rev)
 	for k, v := range map[string]string{"path": opt.Path, "name": opt.Name, "type": opt.Type} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	var out []string
-	return out, c.Call(ctx, "GET", wsPath(ws, "/find"), q, nil, &out)
+	return eachOf(ctx, c, wsPath(ws, "/find"), q, "find", fn)
 }
 
 // GrepOptions select Grep's search.

@@ -54,22 +54,15 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 	var t *wtx
 	var replay *core.Revision
 	err := s.inTx(ctx, func() error {
-		if info.Key != "" {
-			revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, info.Key)
-			if err != nil {
-				return err
-			}
-			if len(revs) > 0 {
-				replay = &revs[0]
-				return nil
-			}
-		}
 		var err error
+		if replay, err = s.keyedRevision(ctx, ws, info.Key); err != nil || replay != nil {
+			return err
+		}
 		if t, err = s.begin(ctx, ws, info); err != nil {
 			return err
 		}
 		if info.Base != 0 && info.Base != t.rev-1 {
-			if err := s.checkConflict(ctx, t, info.Base, ops); err != nil {
+			if err := s.checkConflict(ctx, t, info.Base, sliceOps(ops)); err != nil {
 				return err
 			}
 		}
@@ -90,6 +83,19 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 		s.OnCommit(ws, rev)
 	}
 	return rev, false, nil
+}
+
+// keyedRevision finds, inside a write transaction, the revision of ws a
+// mutation with idempotency key made (nil if none, or if key is empty).
+func (s *Store) keyedRevision(ctx context.Context, ws int64, key string) (*core.Revision, error) {
+	if key == "" {
+		return nil, nil
+	}
+	revs, err := s.revisionsOn(ctx, s.wconn, "revision by key", `WHERE ws = ? AND idem_key = ?`, ws, key)
+	if err != nil || len(revs) == 0 {
+		return nil, err
+	}
+	return &revs[0], nil
 }
 
 // revision ends the leases of a committed transaction's chunks and
@@ -119,35 +125,9 @@ func cleanOps(in []core.Op) ([]core.Op, error) {
 	out := make([]core.Op, len(in))
 	for i, op := range in {
 		var err error
-		if op.Path, err = core.CleanPath(op.Path); err != nil {
-			return nil, pathErr(string(op.Kind), in[i].Path, core.ErrInvalidPath)
+		if out[i], err = cleanOp(op); err != nil {
+			return nil, err
 		}
-		switch op.Kind {
-		case core.OpRename, core.OpLink:
-			if op.From, err = core.CleanPath(op.From); err != nil {
-				return nil, pathErr(string(op.Kind), in[i].From, core.ErrInvalidPath)
-			}
-		case core.OpSymlink:
-			if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
-				return nil, pathErr("symlink", op.Path, core.ErrInvalidPath)
-			}
-		case core.OpMknod:
-			if err := checkSpecial(op.Mode, op.Rdev); err != nil {
-				return nil, pathErr("mknod", op.Path, err)
-			}
-		case core.OpMkdir, core.OpCreate, core.OpWrite, core.OpTruncate, core.OpDelete, core.OpDeleteAll, core.OpChmod, core.OpChown, core.OpUtimes:
-		default:
-			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, core.ErrInvalidArgument))
-		}
-		if (op.Kind == core.OpWrite && (op.Offset < 0 || op.Offset > core.MaxFileSize-int64(len(op.Data)))) ||
-			(op.Kind == core.OpTruncate && (op.Size < 0 || op.Size > core.MaxFileSize)) ||
-			(op.Content != nil && (op.Content.Size < 0 || op.Content.Size > core.MaxFileSize)) {
-			return nil, pathErr(string(op.Kind), op.Path, core.ErrInvalidArgument)
-		}
-		if op.Data != nil && op.Content != nil {
-			return nil, pathErr(string(op.Kind), op.Path, fmt.Errorf("both data and content: %w", core.ErrInvalidArgument))
-		}
-		out[i] = op
 	}
 	return out, nil
 }
@@ -170,6 +150,42 @@ func checkSpecial(m fs.FileMode, rdev uint64) error {
 		return fmt.Errorf("mknod of mode %v: not a FIFO, socket or device: %w", m, core.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// cleanOp validates an op's paths, kind and sizes, and returns it with
+// its paths cleaned.
+func cleanOp(op core.Op) (core.Op, error) {
+	in := op
+	var err error
+	if op.Path, err = core.CleanPath(op.Path); err != nil {
+		return op, pathErr(string(op.Kind), in.Path, core.ErrInvalidPath)
+	}
+	switch op.Kind {
+	case core.OpRename, core.OpLink:
+		if op.From, err = core.CleanPath(op.From); err != nil {
+			return op, pathErr(string(op.Kind), in.From, core.ErrInvalidPath)
+		}
+	case core.OpSymlink:
+		if op.Target == "" || len(op.Target) > core.MaxPathLen || containsNUL(op.Target) {
+			return op, pathErr("symlink", op.Path, core.ErrInvalidPath)
+		}
+	case core.OpMknod:
+		if err := checkSpecial(op.Mode, op.Rdev); err != nil {
+			return op, pathErr("mknod", op.Path, err)
+		}
+	case core.OpMkdir, core.OpCreate, core.OpWrite, core.OpTruncate, core.OpDelete, core.OpDeleteAll, core.OpChmod, core.OpChown, core.OpUtimes:
+	default:
+		return op, pathErr(string(op.Kind), op.Path, fmt.Errorf("unknown op %q: %w", op.Kind, core.ErrInvalidArgument))
+	}
+	if (op.Kind == core.OpWrite && (op.Offset < 0 || op.Offset > core.MaxFileSize-int64(len(op.Data)))) ||
+		(op.Kind == core.OpTruncate && (op.Size < 0 || op.Size > core.MaxFileSize)) ||
+		(op.Content != nil && (op.Content.Size < 0 || op.Content.Size > core.MaxFileSize)) {
+		return op, pathErr(string(op.Kind), op.Path, core.ErrInvalidArgument)
+	}
+	if op.Data != nil && op.Content != nil {
+		return op, pathErr(string(op.Kind), op.Path, fmt.Errorf("both data and content: %w", core.ErrInvalidArgument))
+	}
+	return op, nil
 }
 
 func containsNUL(s string) bool {

@@ -21,23 +21,30 @@ func (s *Store) Apply(ctx context.Context, ws int64, cs *core.Changeset, info Co
 	if info.Base == 0 {
 		info.Base = cs.From
 	}
-	rev, _, err := s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(ops) })
+	rev, _, err := s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(sliceOps(ops)) })
 	return rev, err
 }
 
 // removal is an entry a changeset takes away, resolved against the base.
 type removal struct {
-	op     core.Op
+	op     int // its index among the changeset's ops
+	depth  int
 	parent uint64
 	name   string
 	ino    uint64
 }
 
-func (t *wtx) applyChangeset(ops []core.Op) error {
+// applyChangeset applies ops as a changeset (see core.Changeset). It
+// keeps indexes of the ops, not the ops, so that a PackedOps is read one
+// op at a time.
+func (t *wtx) applyChangeset(ops opList) error {
 	var removals []removal
-	var adds, links, edits []core.Op
+	type add struct{ op, depth int }
+	var adds []add
+	var links, edits []int
 	moved := map[string]uint64{} // rename source path -> inode
-	for _, op := range ops {
+	for i := range ops.Len() {
+		op := ops.Op(i)
 		switch op.Kind {
 		case core.OpDelete, core.OpDeleteAll, core.OpRename:
 			p := op.Path
@@ -49,7 +56,7 @@ func (t *wtx) applyChangeset(ops []core.Op) error {
 			}
 			if p == "" {
 				if op.Kind == core.OpDeleteAll {
-					removals = append(removals, removal{op: op, ino: t.v.root})
+					removals = append(removals, removal{op: i, ino: t.v.root})
 					continue
 				}
 				return opError(op, core.ErrInvalidArgument)
@@ -64,31 +71,30 @@ func (t *wtx) applyChangeset(ops []core.Op) error {
 			} else if err != nil {
 				return pathErr(string(op.Kind), p, err)
 			}
-			removals = append(removals, removal{op: op, parent: parent.ino, name: name, ino: ino})
+			removals = append(removals, removal{op: i, depth: depth(p), parent: parent.ino, name: name, ino: ino})
 			if op.Kind == core.OpRename {
-				adds = append(adds, op)
+				adds = append(adds, add{i, depth(op.Path)})
 				moved[op.From] = ino
 			}
 		case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
-			adds = append(adds, op)
+			adds = append(adds, add{i, depth(op.Path)})
 		case core.OpLink:
-			links = append(links, op)
+			links = append(links, i)
 		default:
-			edits = append(edits, op)
+			edits = append(edits, i)
 		}
 	}
 	// Remove, deepest first, so directories are empty when their turn comes.
-	sort.SliceStable(removals, func(i, j int) bool {
-		return depth(removalPath(removals[i].op)) > depth(removalPath(removals[j].op))
-	})
+	sort.SliceStable(removals, func(i, j int) bool { return removals[i].depth > removals[j].depth })
 	for _, r := range removals {
-		if err := t.removeResolved(r); err != nil {
-			return opError(r.op, err)
+		if err := t.removeResolved(r, ops.Op(r.op)); err != nil {
+			return opError(ops.Op(r.op), err)
 		}
 	}
 	// Add, shallowest first, so parents exist when their children come.
-	sort.SliceStable(adds, func(i, j int) bool { return depth(adds[i].Path) < depth(adds[j].Path) })
-	for _, op := range adds {
+	sort.SliceStable(adds, func(i, j int) bool { return adds[i].depth < adds[j].depth })
+	for _, a := range adds {
+		op := ops.Op(a.op)
 		var err error
 		if op.Kind == core.OpRename {
 			err = t.attach(op.Path, moved[op.From])
@@ -99,7 +105,8 @@ func (t *wtx) applyChangeset(ops []core.Op) error {
 			return opError(op, err)
 		}
 	}
-	for _, op := range append(links, edits...) {
+	for _, i := range append(links, edits...) {
+		op := ops.Op(i)
 		if err := t.apply(op); err != nil {
 			return opError(op, err)
 		}
@@ -107,19 +114,13 @@ func (t *wtx) applyChangeset(ops []core.Op) error {
 	return nil
 }
 
-func removalPath(op core.Op) string {
-	if op.Kind == core.OpRename {
-		return op.From
-	}
-	return op.Path
-}
-
-func (t *wtx) removeResolved(r removal) error {
+// removeResolved removes what r, resolved from op, names.
+func (t *wtx) removeResolved(r removal, op core.Op) error {
 	in, err := t.inode(r.ino)
 	if err != nil {
 		return err
 	}
-	switch r.op.Kind {
+	switch op.Kind {
 	case core.OpRename:
 		// Detach only; the inode is attached at its new name later.
 		if in.isDir() {
@@ -310,8 +311,13 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]core.Op
 		if err := d.created(in, []string{q}); err != nil {
 			return err
 		}
-		ops = append(ops, d.adds...)
-		times = append(times, d.edits...)
+		for _, op := range d.ops { // the add, then its attributes
+			if opPhase(op.Kind) == opPhase(core.OpUtimes) {
+				times = append(times, op)
+			} else {
+				ops = append(ops, op)
+			}
+		}
 		return nil
 	})
 	return append(append(ops, links...), times...), err

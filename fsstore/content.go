@@ -226,6 +226,17 @@ func (u *Uploader) Identify(cs *core.Changeset) {
 	}
 }
 
+// IdentifyPacked is Identify for the ops of a PackedOps.
+func (u *Uploader) IdentifyPacked(p *PackedOps) {
+	if len(u.known) == 0 {
+		return
+	}
+	p.Identify(func(h core.Hash) (int64, bool) {
+		id, ok := u.known[h]
+		return id, ok
+	})
+}
+
 // Flush writes the buffered chunks.
 func (u *Uploader) Flush(ctx context.Context) error {
 	if u.closed {

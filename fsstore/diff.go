@@ -41,12 +41,9 @@ func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*core.Chang
 type differ struct {
 	va, vb  *view
 	cs      int64
-	removes []core.Op // delete, base paths
-	renames []core.Op
-	adds    []core.Op // mkdir, create, symlink
-	links   []core.Op
-	edits   []core.Op // content and attributes, result paths
-	ops     []core.Op
+	// ops holds the ops of every phase as they are found; finish puts
+	// them in phase order (see opPhase).
+	ops []core.Op
 	// changed lists the paths that changed in content or structure (not
 	// directory attributes, which every entry change also touches).
 	changed []string
@@ -207,7 +204,7 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 	switch {
 	case ib == nil:
 		for _, p := range pa {
-			d.removes = append(d.removes, core.Op{Kind: core.OpDelete, Path: p})
+			d.ops = append(d.ops, core.Op{Kind: core.OpDelete, Path: p})
 			d.changed = append(d.changed, p)
 		}
 		return nil
@@ -219,11 +216,11 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 	}
 	n := min(len(pa), len(pb))
 	for i := 0; i < n; i++ {
-		d.renames = append(d.renames, core.Op{Kind: core.OpRename, From: pa[i], Path: pb[i]})
+		d.ops = append(d.ops, core.Op{Kind: core.OpRename, From: pa[i], Path: pb[i]})
 		d.changed = append(d.changed, pa[i], pb[i])
 	}
 	for _, p := range pa[n:] {
-		d.removes = append(d.removes, core.Op{Kind: core.OpDelete, Path: p})
+		d.ops = append(d.ops, core.Op{Kind: core.OpDelete, Path: p})
 		d.changed = append(d.changed, p)
 	}
 	if len(pb) > n {
@@ -243,7 +240,7 @@ func (d *differ) inode(ino uint64, removed, added []dirEntryKey, idxs []int64) e
 			}
 		}
 		for _, p := range pb[n:] {
-			d.links = append(d.links, core.Op{Kind: core.OpLink, From: from, Path: p})
+			d.ops = append(d.ops, core.Op{Kind: core.OpLink, From: from, Path: p})
 			d.changed = append(d.changed, p)
 		}
 	}
@@ -313,11 +310,11 @@ func (d *differ) created(in *inode, pb []string) error {
 	}
 	switch {
 	case in.isDir():
-		d.adds = append(d.adds, core.Op{Kind: core.OpMkdir, Path: p, Mode: fileMode(in.mode)})
+		d.ops = append(d.ops, core.Op{Kind: core.OpMkdir, Path: p, Mode: fileMode(in.mode)})
 	case in.isSymlink():
-		d.adds = append(d.adds, core.Op{Kind: core.OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
+		d.ops = append(d.ops, core.Op{Kind: core.OpSymlink, Path: p, Target: in.target, Mtime: in.mtime})
 	case in.isSpecial():
-		d.adds = append(d.adds, core.Op{Kind: core.OpMknod, Path: p, Mode: fileMode(in.mode), Rdev: in.rdev, Mtime: in.mtime})
+		d.ops = append(d.ops, core.Op{Kind: core.OpMknod, Path: p, Mode: fileMode(in.mode), Rdev: in.rdev, Mtime: in.mtime})
 	default:
 		es, err := d.vb.extents(in.ino, 0, (in.size+d.cs-1)/d.cs)
 		if err != nil {
@@ -327,17 +324,17 @@ func (d *differ) created(in *inode, pb []string) error {
 		if err != nil {
 			return err
 		}
-		d.adds = append(d.adds, core.Op{Kind: core.OpCreate, Path: p, Mode: fileMode(in.mode), Content: &core.Content{Size: in.size, Chunks: refs}, Mtime: in.mtime})
+		d.ops = append(d.ops, core.Op{Kind: core.OpCreate, Path: p, Mode: fileMode(in.mode), Content: &core.Content{Size: in.size, Chunks: refs}, Mtime: in.mtime})
 	}
 	for _, q := range pb[1:] {
-		d.links = append(d.links, core.Op{Kind: core.OpLink, From: p, Path: q})
+		d.ops = append(d.ops, core.Op{Kind: core.OpLink, From: p, Path: q})
 	}
 	if in.uid != 0 || in.gid != 0 {
-		d.edits = append(d.edits, core.Op{Kind: core.OpChown, Path: p, UID: in.uid, GID: in.gid})
+		d.ops = append(d.ops, core.Op{Kind: core.OpChown, Path: p, UID: in.uid, GID: in.gid})
 	}
 	if in.isDir() {
 		// Entries added beneath it would move a time set earlier.
-		d.edits = append(d.edits, core.Op{Kind: core.OpUtimes, Path: p, Mtime: in.mtime})
+		d.ops = append(d.ops, core.Op{Kind: core.OpUtimes, Path: p, Mtime: in.mtime})
 	}
 	return nil
 }
@@ -383,7 +380,7 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 	}
 	if hole >= 0 {
 		// Data became a hole: cut the file there and rewrite what follows.
-		d.edits = append(d.edits, core.Op{Kind: core.OpTruncate, Path: p, Size: hole * d.cs})
+		d.ops = append(d.ops, core.Op{Kind: core.OpTruncate, Path: p, Size: hole * d.cs})
 		kept := writes[:0]
 		for _, w := range writes {
 			if w.idx < hole {
@@ -401,10 +398,10 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 		if err != nil {
 			return err
 		}
-		d.edits = append(d.edits, core.Op{Kind: core.OpWrite, Path: p, Content: &core.Content{Chunks: refs}})
+		d.ops = append(d.ops, core.Op{Kind: core.OpWrite, Path: p, Content: &core.Content{Chunks: refs}})
 	}
 	if hole >= 0 || ia.size != ib.size || len(writes) > 0 {
-		d.edits = append(d.edits, core.Op{Kind: core.OpTruncate, Path: p, Size: ib.size})
+		d.ops = append(d.ops, core.Op{Kind: core.OpTruncate, Path: p, Size: ib.size})
 		d.changed = append(d.changed, p)
 	}
 	return nil
@@ -414,15 +411,15 @@ func (d *differ) content(ia, ib *inode, p string, idxs []int64) error {
 func (d *differ) attrs(ia, ib *inode, p string) {
 	changed := false
 	if ia.mode != ib.mode {
-		d.edits = append(d.edits, core.Op{Kind: core.OpChmod, Path: p, Mode: fileMode(ib.mode)})
+		d.ops = append(d.ops, core.Op{Kind: core.OpChmod, Path: p, Mode: fileMode(ib.mode)})
 		changed = true
 	}
 	if ia.uid != ib.uid || ia.gid != ib.gid {
-		d.edits = append(d.edits, core.Op{Kind: core.OpChown, Path: p, UID: ib.uid, GID: ib.gid})
+		d.ops = append(d.ops, core.Op{Kind: core.OpChown, Path: p, UID: ib.uid, GID: ib.gid})
 		changed = true
 	}
 	if ia.mtime != ib.mtime || ib.isDir() && d.entryDirs[ib.ino] {
-		d.edits = append(d.edits, core.Op{Kind: core.OpUtimes, Path: p, Mtime: ib.mtime})
+		d.ops = append(d.ops, core.Op{Kind: core.OpUtimes, Path: p, Mtime: ib.mtime})
 		changed = changed || !ib.isDir()
 	}
 	if changed && !ib.isDir() {
@@ -432,24 +429,40 @@ func (d *differ) attrs(ia, ib *inode, p string) {
 
 // finish orders the ops: removals deepest first, then renames, additions
 // shallowest first, links, and edits grouped by path.
+// opPhase orders a changeset's ops: deletes (base paths), renames, adds
+// (mkdir, create, symlink), links, then content and attributes.
+func opPhase(k core.OpKind) int {
+	switch k {
+	case core.OpDelete:
+		return 0
+	case core.OpRename:
+		return 1
+	case core.OpMkdir, core.OpCreate, core.OpSymlink, core.OpMknod:
+		return 2
+	case core.OpLink:
+		return 3
+	}
+	return 4
+}
+
+// finish sorts the ops in place, by phase, then by path (deletes deepest
+// first), keeping the order they were found in otherwise.
 func (d *differ) finish() {
-	sort.SliceStable(d.removes, func(i, j int) bool { return d.removes[i].Path > d.removes[j].Path })
-	byPath := func(ops []core.Op) {
-		sort.SliceStable(ops, func(i, j int) bool { return ops[i].Path < ops[j].Path })
-	}
-	byPath(d.renames)
-	byPath(d.adds)
-	byPath(d.links)
-	byPath(d.edits)
-	d.ops = make([]core.Op, 0, len(d.removes)+len(d.renames)+len(d.adds)+len(d.links)+len(d.edits))
-	for _, ops := range [][]core.Op{d.removes, d.renames, d.adds, d.links, d.edits} {
-		d.ops = append(d.ops, ops...)
-	}
+	sort.SliceStable(d.ops, func(i, j int) bool {
+		a, b := d.ops[i], d.ops[j]
+		if pa, pb := opPhase(a.Kind), opPhase(b.Kind); pa != pb {
+			return pa < pb
+		}
+		if a.Kind == core.OpDelete {
+			return a.Path > b.Path
+		}
+		return a.Path < b.Path
+	})
 	sort.Strings(d.changed)
 }
 
 // checkConflict fails if ops touch a path that changed between base and the head.
-func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []core.Op) error {
+func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops opList) error {
 	head := t.rev - 1
 	w := core.Workspace{ID: t.ws.id, Name: t.ws.name, Head: head}
 	if err := s.checkRev(ctx, s.wconn, w, base); err != nil {
@@ -469,7 +482,8 @@ func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops []cor
 	}
 	var conflicts []string
 	seen := map[string]bool{}
-	for _, op := range ops {
+	for i := range ops.Len() {
+		op := ops.Op(i)
 		attr := op.Kind == core.OpChmod || op.Kind == core.OpChown || op.Kind == core.OpUtimes
 		paths := []string{op.Path}
 		if op.Kind == core.OpRename || op.Kind == core.OpLink {

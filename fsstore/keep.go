@@ -40,19 +40,29 @@ func (s *Store) ApplyOrKeep(ctx context.Context, ws int64, cs *core.Changeset, i
 	if err != nil {
 		return Applied{}, err
 	}
-	if len(ops) == 0 {
+	return s.applyOrKeep(ctx, ws, cs.From, sliceOps(ops), info, copyName)
+}
+
+// ApplyOrKeepPacked is ApplyOrKeep of the changeset from..(ops), whose
+// ops PackedOps.Add has checked.
+func (s *Store) ApplyOrKeepPacked(ctx context.Context, ws int64, from int64, ops *PackedOps, info CommitInfo, copyName string) (Applied, error) {
+	return s.applyOrKeep(ctx, ws, from, ops, info, copyName)
+}
+
+func (s *Store) applyOrKeep(ctx context.Context, ws int64, from int64, ops opList, info CommitInfo, copyName string) (Applied, error) {
+	if ops.Len() == 0 {
 		return Applied{}, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
 	if !validWorkspaceName(copyName) {
 		return Applied{}, fmt.Errorf("conflict copy name %q: %w", copyName, core.ErrInvalidArgument)
 	}
 	if info.Base == 0 {
-		info.Base = cs.From
+		info.Base = from
 	}
 	var out Applied
 	var t *wtx
 	var copyID int64
-	err = s.write(ctx, func() error {
+	err := s.write(ctx, func() error {
 		var err error
 		if t, err = s.begin(ctx, ws, info); err != nil {
 			return err
@@ -72,7 +82,7 @@ func (s *Store) ApplyOrKeep(ctx context.Context, ws int64, cs *core.Changeset, i
 		if err := t.applyChangeset(ops); err != nil {
 			return err
 		}
-		t.changes = len(ops)
+		t.changes = ops.Len()
 		return t.finish(info)
 	})
 	if err != nil {
@@ -103,7 +113,7 @@ func (s *Store) ApplyOrKeep(ctx context.Context, ws int64, cs *core.Changeset, i
 // keepCopy finds or makes the conflict copy of ops (see ApplyOrKeep). It
 // returns the transaction that writes the copy's revision, nil for a
 // duplicate, and the copy's id. The caller is in a write transaction.
-func (s *Store) keepCopy(ctx context.Context, ws int64, ops []core.Op, info CommitInfo, copyName string, out *Applied) (*wtx, int64, error) {
+func (s *Store) keepCopy(ctx context.Context, ws int64, ops opList, info CommitInfo, copyName string, out *Applied) (*wtx, int64, error) {
 	w, err := s.liveWorkspace(ctx, s.wconn, ws)
 	if err != nil {
 		return nil, 0, err
@@ -152,7 +162,7 @@ func (s *Store) keepCopy(ctx context.Context, ws int64, ops []core.Op, info Comm
 	if err := t.applyChangeset(ops); err != nil {
 		return nil, id, err
 	}
-	t.changes = len(ops)
+	t.changes = ops.Len()
 	info.Base, info.HomeRev = 0, 0
 	return t, id, t.finish(info)
 }

@@ -110,7 +110,7 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 		// The ops' own rows are born after the head, so the views the
 		// check reads are those of the base and the head alone.
 		if info.Base != 0 && info.Base != t.rev-1 {
-			if err := s.checkConflict(ctx, t, info.Base, touched); err != nil {
+			if err := s.checkConflict(ctx, t, info.Base, sliceOps(touched)); err != nil {
 				return err
 			}
 		}

@@ -213,6 +213,11 @@ func (s *Store) open(ctx context.Context) error {
 	s.cdb.SetMaxOpenConns(1)
 	if !s.Shared {
 		s.ckpt = startCheckpointer(s.cdb)
+		if err := s.dropStages(ctx); err != nil {
+			s.ckpt.stop()
+			s.closeDBs()
+			return err
+		}
 	}
 	return nil
 }

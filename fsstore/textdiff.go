@@ -24,29 +24,33 @@ type fileChange struct {
 // DiffFiles lists the files (and symlinks) that differ between two
 // revisions, with line counts, sorted by path. Directories are left out.
 func (s *Store) DiffFiles(ctx context.Context, ws int64, from, to int64) ([]core.FileChange, error) {
-	changes, err := s.fileChanges(ctx, ws, from, to)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]core.FileChange, len(changes))
-	for i, c := range changes {
-		out[i] = c.FileChange
-	}
-	return out, nil
+	var out []core.FileChange
+	return out, s.EachFileChange(ctx, ws, from, to, func(c core.FileChange) error {
+		out = append(out, c)
+		return nil
+	})
 }
 
-func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fileChange, error) {
+// EachFileChange calls fn with each file DiffFiles lists, in its order,
+// reading the files' texts one change at a time.
+func (s *Store) EachFileChange(ctx context.Context, ws int64, from, to int64, fn func(core.FileChange) error) error {
+	return s.eachFileChange(ctx, ws, from, to, func(c *fileChange) error { return fn(c.FileChange) })
+}
+
+// eachFileChange calls fn with each file change, sorted by path, with
+// its texts: only one change's texts are held at a time.
+func (s *Store) eachFileChange(ctx context.Context, ws int64, from, to int64, fn func(*fileChange) error) error {
 	cs, err := s.Diff(ctx, ws, from, to)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a, err := s.Snapshot(ctx, ws, cs.From)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	b, err := s.Snapshot(ctx, ws, cs.To)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	byPath := map[string]*fileChange{}
 	note := func(p, from, status string) {
@@ -77,8 +81,15 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fi
 			note(op.Path, "", "modified")
 		}
 	}
-	var out []fileChange
+	cs = nil
+	changes := make([]*fileChange, 0, len(byPath))
 	for _, c := range byPath {
+		changes = append(changes, c)
+	}
+	byPath = nil
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
+	for i, c := range changes {
+		changes[i] = nil // its texts go once fn is done with them
 		oldPath := c.Path
 		if c.From != "" {
 			oldPath = c.From
@@ -86,12 +97,12 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fi
 		var isDir bool
 		if c.Status != "added" {
 			if c.oldText, c.oldMode, isDir, err = textOf(ctx, a, oldPath); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if c.Status != "deleted" {
 			if c.newText, c.newMode, isDir, err = textOf(ctx, b, c.Path); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if isDir {
@@ -113,10 +124,11 @@ func (s *Store) fileChanges(ctx context.Context, ws int64, from, to int64) ([]fi
 				}
 			}
 		}
-		out = append(out, *c)
+		if err := fn(c); err != nil {
+			return err
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out, nil
+	return nil
 }
 
 // textOf reads a file or symlink for diffing: nil text if it is too big.
@@ -144,16 +156,14 @@ func textOf(ctx context.Context, sn *Snapshot, p string) (text []byte, mode stri
 // WriteDiff writes a unified diff (git style, three lines of context)
 // between two revisions to w.
 func (s *Store) WriteDiff(ctx context.Context, w io.Writer, ws int64, from, to int64) error {
-	changes, err := s.fileChanges(ctx, ws, from, to)
-	if err != nil {
-		return err
-	}
-	for _, c := range changes {
+	return s.eachFileChange(ctx, ws, from, to, func(c *fileChange) error {
 		oldPath, newPath := "a/"+c.Path, "b/"+c.Path
 		if c.From != "" {
 			oldPath = "a/" + c.From
 		}
-		fmt.Fprintf(w, "diff --git %s %s\n", oldPath, newPath)
+		if _, err := fmt.Fprintf(w, "diff --git %s %s\n", oldPath, newPath); err != nil {
+			return err // the reader went away
+		}
 		switch c.Status {
 		case "added":
 			fmt.Fprintf(w, "new file mode %s\n", c.newMode)
@@ -168,16 +178,16 @@ func (s *Store) WriteDiff(ctx context.Context, w io.Writer, ws int64, from, to i
 			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", c.oldMode, c.newMode)
 		}
 		if c.Binary {
-			fmt.Fprintf(w, "Binary files %s and %s differ\n", oldPath, newPath)
-			continue
+			_, err := fmt.Fprintf(w, "Binary files %s and %s differ\n", oldPath, newPath)
+			return err
 		}
 		if bytes.Equal(c.oldText, c.newText) {
-			continue
+			return nil
 		}
 		fmt.Fprintf(w, "--- %s\n+++ %s\n", oldPath, newPath)
 		writeHunks(w, splitLines(c.oldText), splitLines(c.newText), 3)
-	}
-	return nil
+		return nil
+	})
 }
 
 // splitLines splits text into lines, each keeping its newline.

@@ -125,6 +125,35 @@ func TestBoundGlob(t *testing.T) {
 	}
 }
 
+// heapGrowth runs fn and returns how far the heap grew above where it
+// stood before, at its peak (sampled every 2 ms).
+func heapGrowth(fn func()) int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapAlloc, ms.HeapAlloc
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapAlloc)
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	fn()
+	close(done)
+	wg.Wait()
+	return int64(peak) - int64(base)
+}
+
 // lines reads n lines of size bytes of x, then "needle".
 type lines struct {
 	n, size, i, off int
@@ -161,33 +190,14 @@ func TestBoundGrepContext(t *testing.T) {
 	const n, size = 50, 3 << 20
 	e.putStream("w", "long", &lines{n: n, size: size})
 
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	base, peak := ms.HeapAlloc, ms.HeapAlloc
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			peak = max(peak, ms.HeapAlloc)
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	status, body := e.mustHTTP("GET", fmt.Sprintf("/v1/workspaces/w/grep?pattern=needle&context=%d", n), nil, "")
-	close(done)
-	wg.Wait()
+	var status int
+	var body []byte
+	growth := heapGrowth(func() {
+		status, body = e.mustHTTP("GET", fmt.Sprintf("/v1/workspaces/w/grep?pattern=needle&context=%d", n), nil, "")
+	})
 	if status != http.StatusOK {
 		t.Fatalf("grep: %d %s", status, body)
 	}
-	growth := int64(peak) - int64(base)
 	t.Logf("heap growth during grep: %.1f MiB (%d bytes answered)", float64(growth)/(1<<20), len(body))
 	if growth > 64<<20 {
 		t.Fatalf("heap grew by %.1f MiB during grep, want under 64 MiB", float64(growth)/(1<<20))

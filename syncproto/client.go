@@ -187,11 +187,12 @@ func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *D
 			if err := up.Flush(ctx); err != nil {
 				return nil, err
 			}
+			got := cs.Changeset()
 			if named == nil {
-				named = cs
+				named = got
 			}
 			up.Identify(named)
-			return cs, nil
+			return got, nil
 		}
 		if err := storeChunk(ctx, up, hash, data); err != nil {
 			return nil, err

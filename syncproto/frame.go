@@ -7,6 +7,7 @@ package syncproto
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"io"
 
 	"computerd/core"
+	"computerd/fsstore"
 )
 
 // Version is the protocol version this build speaks. Version 2: a
@@ -26,20 +28,29 @@ const Version = 3
 // HeaderVersion carries the protocol version on every request and answer.
 const HeaderVersion = "Computerd-Sync-Version"
 
-// Frame kinds. A stream is: Header, any number of Chunks, one Changeset, End.
+// Frame kinds. A stream is: Header, any number of Chunks, one or more
+// Changeset frames (each a part of the changeset's ops), End.
 const (
 	KindHeader    byte = 'H' // JSON: PullHeader or PushHeader
 	KindChunk     byte = 'C' // 32-byte SHA-256, then the chunk's bytes
-	KindChangeset byte = 'S' // JSON: core.Changeset
+	KindChangeset byte = 'S' // JSON: core.Changeset holding a part of the ops
 	KindEnd       byte = 'E' // JSON: Trailer
 )
 
 // Limits on frame sizes: a chunk frame holds at most MaxChunk bytes of data;
-// a JSON frame at most MaxJSON.
+// a JSON frame at most MaxJSON, so decoding one costs a bounded amount of
+// memory however large the changeset: a changeset travels in as many
+// frames as its ops need.
 const (
 	MaxChunk = 16 << 20
-	MaxJSON  = 256 << 20
+	MaxJSON  = 1 << 20
 )
+
+// maxRefsPerOp bounds the chunk refs of one op on the wire (about 100
+// bytes of JSON each), so that every op fits a frame: the content of a
+// larger file travels as a create or write of its first maxRefsPerOp
+// chunks followed by writes of the rest (see splitContent).
+const maxRefsPerOp = 4096
 
 // ErrMalformed marks a stream that breaks the framing rules.
 var ErrMalformed = errors.New("malformed sync stream")
@@ -112,13 +123,76 @@ func (e *Encoder) Chunk(h core.Hash, data []byte) error {
 	return e.frame(KindChunk, h[:], data)
 }
 
-// Changeset writes the changeset.
+// Changeset writes the changeset, in as many frames as its ops need
+// (at least one), each a JSON core.Changeset with From, To and a part of
+// the ops, in order.
 func (e *Encoder) Changeset(cs *core.Changeset) error {
 	if e.state != 1 {
 		return errors.New("sync: changeset out of order")
 	}
 	e.state = 2
-	return e.json(KindChangeset, cs)
+	open := fmt.Appendf(nil, `{"from":%d,"to":%d,"ops":[`, cs.From, cs.To)
+	const closing = "]}"
+	buf := append([]byte(nil), open...)
+	ops := 0
+	flush := func() error {
+		buf = append(buf, closing...)
+		err := e.frame(KindChangeset, buf)
+		buf, ops = append(buf[:0], open...), 0
+		return err
+	}
+	add := func(op core.Op) error {
+		b, err := json.Marshal(op)
+		if err != nil {
+			return err
+		}
+		if len(open)+len(b)+len(closing) > MaxJSON {
+			return fmt.Errorf("sync: op %s %q of %d bytes does not fit a frame", op.Kind, op.Path, len(b))
+		}
+		if len(buf)+1+len(b)+len(closing) > MaxJSON {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if ops > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b...)
+		ops++
+		return nil
+	}
+	for _, op := range cs.Ops {
+		for _, part := range splitContent(op) {
+			if err := add(part); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// splitContent returns op as ops of at most maxRefsPerOp chunk refs each,
+// with the same effect: a create or write of the first refs, then writes
+// of the rest (an edit, which a changeset applies after every add, in
+// order), then for a create with a time the time again, since a write
+// sets a file's mtime to the commit's.
+func splitContent(op core.Op) []core.Op {
+	if op.Content == nil || len(op.Content.Chunks) <= maxRefsPerOp || (op.Kind != core.OpCreate && op.Kind != core.OpWrite) {
+		return []core.Op{op}
+	}
+	refs := op.Content.Chunks
+	first := op
+	first.Content = &core.Content{Size: op.Content.Size, Chunks: refs[:maxRefsPerOp]}
+	out := []core.Op{first}
+	for rest := refs[maxRefsPerOp:]; len(rest) > 0; {
+		n := min(len(rest), maxRefsPerOp)
+		out = append(out, core.Op{Kind: core.OpWrite, Path: op.Path, Content: &core.Content{Chunks: rest[:n]}})
+		rest = rest[n:]
+	}
+	if op.Kind == core.OpCreate && op.Mtime != 0 {
+		out = append(out, core.Op{Kind: core.OpUtimes, Path: op.Path, Mtime: op.Mtime})
+	}
+	return out
 }
 
 // Close writes the trailer and flushes.
@@ -134,12 +208,38 @@ func (e *Encoder) Close() error {
 }
 
 // Decoder reads and checks a stream: frame order, sizes, chunk hashes and
-// the trailer's totals.
+// the trailer's totals. It holds one frame at a time; the changeset's ops
+// are gathered from its frames as they come.
 type Decoder struct {
 	r       *bufio.Reader
 	state   int
 	buf     []byte
 	counted Trailer
+}
+
+// Received is a changeset as a stream brings it: its ops packed
+// (fsstore.PackedOps), each checked as it came.
+type Received struct {
+	From, To int64
+	Ops      *fsstore.PackedOps
+}
+
+// Changeset returns r with its ops unpacked.
+func (r *Received) Changeset() *core.Changeset {
+	return &core.Changeset{From: r.From, To: r.To, Ops: r.Ops.Slice()}
+}
+
+// addOp checks an op as it arrives and packs it: an op no commit would
+// take, or one with inline data (a changeset's content travels as
+// chunks), makes the stream malformed.
+func addOp(ops *fsstore.PackedOps, op core.Op) error {
+	if op.Data != nil {
+		return malformed("changeset op %s %q carries inline data; content travels as chunks", op.Kind, op.Path)
+	}
+	if err := ops.Add(op); err != nil {
+		return malformed("changeset op: %v", err)
+	}
+	return nil
 }
 
 // NewDecoder returns a decoder reading from r.
@@ -211,7 +311,7 @@ func (d *Decoder) Header(v any) error {
 
 // Next returns the next chunk (verified against its hash) or, once the
 // chunks are done, the changeset; then the trailer is checked.
-func (d *Decoder) Next() (h core.Hash, data []byte, cs *core.Changeset, err error) {
+func (d *Decoder) Next() (h core.Hash, data []byte, cs *Received, err error) {
 	if d.state != 1 {
 		return h, nil, nil, errors.New("sync: Next after the changeset")
 	}
@@ -233,28 +333,101 @@ func (d *Decoder) Next() (h core.Hash, data []byte, cs *core.Changeset, err erro
 		d.counted.Bytes += int64(len(data))
 		return h, data, nil, nil
 	case KindChangeset:
-		cs = new(core.Changeset)
-		if err := json.Unmarshal(b, cs); err != nil {
-			return h, nil, nil, malformed("bad changeset: %v", err)
-		}
-		d.state = 2
-		kind, b, err := d.next()
+		cs, err := d.changeset(b)
 		if err != nil {
 			return h, nil, nil, err
-		}
-		if kind != KindEnd {
-			return h, nil, nil, malformed("%c frame after the changeset, want the trailer", kind)
-		}
-		var t Trailer
-		if err := json.Unmarshal(b, &t); err != nil {
-			return h, nil, nil, malformed("bad trailer: %v", err)
-		}
-		if t != d.counted {
-			return h, nil, nil, malformed("trailer says %d chunks, %d bytes; the stream held %d, %d", t.Chunks, t.Bytes, d.counted.Chunks, d.counted.Bytes)
 		}
 		d.state = 3
 		return h, nil, cs, nil
 	default:
 		return h, nil, nil, malformed("%c frame among the chunks", kind)
 	}
+}
+
+// changeset reads the changeset whose first frame is b, and the frames
+// after it up to and including the trailer, which it checks.
+func (d *Decoder) changeset(b []byte) (*Received, error) {
+	cs := &Received{Ops: &fsstore.PackedOps{}}
+	for part := 0; ; part++ {
+		from, to, err := decodePart(b, cs.Ops)
+		if err != nil {
+			return nil, err
+		}
+		if part == 0 {
+			cs.From, cs.To = from, to
+		} else if from != cs.From || to != cs.To {
+			return nil, malformed("changeset frame %d is of %d..%d, the first of %d..%d", part, from, to, cs.From, cs.To)
+		}
+		kind, next, err := d.next()
+		if err != nil {
+			return nil, err
+		}
+		switch kind {
+		case KindChangeset:
+			b = next
+			continue
+		case KindEnd:
+		default:
+			return nil, malformed("%c frame after the changeset, want the trailer", kind)
+		}
+		var t Trailer
+		if err := json.Unmarshal(next, &t); err != nil {
+			return nil, malformed("bad trailer: %v", err)
+		}
+		if t != d.counted {
+			return nil, malformed("trailer says %d chunks, %d bytes; the stream held %d, %d", t.Chunks, t.Bytes, d.counted.Chunks, d.counted.Bytes)
+		}
+		return cs, nil
+	}
+}
+
+// decodePart reads one changeset frame, {"from":F,"to":T,"ops":[...]},
+// packing its ops one at a time into ops as they are decoded.
+func decodePart(b []byte, ops *fsstore.PackedOps) (from, to int64, err error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	bad := func(err error) (int64, int64, error) { return 0, 0, malformed("bad changeset: %v", err) }
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return bad(fmt.Errorf("want an object, got %v (%v)", tok, err))
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bad(err)
+		}
+		switch tok {
+		case "from":
+			err = dec.Decode(&from)
+		case "to":
+			err = dec.Decode(&to)
+		case "ops":
+			if tok, err := dec.Token(); err != nil || (tok != json.Delim('[') && tok != nil) {
+				return bad(fmt.Errorf("ops: want an array, got %v (%v)", tok, err))
+			} else if tok == nil {
+				continue
+			}
+			for dec.More() {
+				var op core.Op
+				if err := dec.Decode(&op); err != nil {
+					return bad(err)
+				}
+				if err := addOp(ops, op); err != nil {
+					return 0, 0, err
+				}
+			}
+			_, err = dec.Token()
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return bad(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return bad(err)
+	}
+	if dec.More() {
+		return bad(errors.New("data after the changeset"))
+	}
+	return from, to, nil
 }

@@ -54,7 +54,7 @@ func decodeAll(b []byte) (testHeader, [][]byte, *core.Changeset, error) {
 			return h, chunks, nil, err
 		}
 		if cs != nil {
-			return h, chunks, cs, nil
+			return h, chunks, cs.Changeset(), nil
 		}
 		chunks = append(chunks, bytes.Clone(data))
 	}

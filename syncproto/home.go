@@ -347,7 +347,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	defer up.Close() // the pushed chunks stay safe from GC until the push is applied
 	var nchunks int
 	var nbytes int64
-	var cs *core.Changeset
+	var cs *Received
 	for cs == nil {
 		hash, data, c, err := dec.Next()
 		if err != nil {
@@ -366,7 +366,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	if err := up.Flush(ctx); err != nil {
 		return PushResult{}, err
 	}
-	up.Identify(cs)
+	up.IdentifyPacked(cs.Ops)
 	h.observe("push", nchunks, nbytes)
 	unlock := h.lock(ws.ID)
 	defer unlock()
@@ -382,13 +382,13 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 		}
 		// Pruned since: applied again, as a new push.
 	}
-	if len(cs.Ops) == 0 {
+	if cs.Ops.Len() == 0 {
 		return PushResult{}, nil
 	}
 	// A conflict is kept here, in the push's own transaction, rather than
 	// left to the pusher: an executor would need the API (and two more
 	// round trips that a crash could split) to fork and push again.
-	res, err := h.Store.ApplyOrKeep(ctx, ws.ID, cs, fsstore.CommitInfo{
+	res, err := h.Store.ApplyOrKeepPacked(ctx, ws.ID, cs.From, cs.Ops, fsstore.CommitInfo{
 		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
 		// A hash is no key to the home's chunks: the changeset may name
 		// only those the push sent or the tenant's workspaces hold.

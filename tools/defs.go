@@ -222,13 +222,19 @@ func findTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if err := decode(c.Args, &a); err != nil {
 		return Result{}, err
 	}
-	paths, err := s.Client.Find(ctx, s.Workspace, client.FindOptions{Name: a.Name, Path: a.Path, Type: a.Type})
+	// The paths stream in; only the first maxFindPaths are kept.
+	var paths []string
+	more := 0
+	err := s.Client.FindEach(ctx, s.Workspace, client.FindOptions{Name: a.Name, Path: a.Path, Type: a.Type}, func(p string) error {
+		if len(paths) < maxFindPaths {
+			paths = append(paths, p)
+		} else {
+			more++
+		}
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
-	}
-	more := len(paths) - maxFindPaths
-	if more > 0 {
-		paths = paths[:maxFindPaths]
 	}
 	text := strings.Join(paths, "\n")
 	if more > 0 {

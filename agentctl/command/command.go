@@ -3,6 +3,7 @@
 package command
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -416,45 +417,59 @@ func displayName(p string) string {
 	return p
 }
 
+// list prints a listing as the server streams it (with --json, as one
+// array once it is whole).
 func list(c *cli.Context) error {
 	recursive := c.Bool("recursive")
-	ents, err := clientOf(c).List(c.Context, c.Args().Get(0), c.Args().Get(1), c.Int64("rev"), recursive)
-	if err != nil {
-		return err
-	}
-	root := strings.Trim(c.Args().Get(1), "/")
-	return output(c, ents, func(w io.Writer) {
-		for _, e := range ents {
-			name := e.Name
-			if recursive {
-				name = strings.TrimPrefix(strings.TrimPrefix(e.Path, root), "/")
-			}
-			switch {
-			case e.IsDir():
-				name += "/"
-			case e.Mode&fs.ModeSymlink != 0 && c.Bool("long"):
-				name += " -> " + e.Target
-			}
-			if c.Bool("long") {
-				fmt.Fprintf(w, "%s %10d %s %s\n", e.Mode, e.Size, e.Mtime.Format("2006-01-02 15:04"), name)
-			} else {
-				fmt.Fprintln(w, name)
-			}
+	cl, ws, p := clientOf(c), c.Args().Get(0), c.Args().Get(1)
+	if jsonOn(c) {
+		ents, err := cl.List(c.Context, ws, p, c.Int64("rev"), recursive)
+		if err != nil {
+			return err
 		}
+		return output(c, ents, nil)
+	}
+	root := strings.Trim(p, "/")
+	w := bufio.NewWriter(c.App.Writer)
+	defer w.Flush()
+	return cl.ListEach(c.Context, ws, p, c.Int64("rev"), recursive, func(e core.Stat) error {
+		name := e.Name
+		if recursive {
+			name = strings.TrimPrefix(strings.TrimPrefix(e.Path, root), "/")
+		}
+		switch {
+		case e.IsDir():
+			name += "/"
+		case e.Mode&fs.ModeSymlink != 0 && c.Bool("long"):
+			name += " -> " + e.Target
+		}
+		var err error
+		if c.Bool("long") {
+			_, err = fmt.Fprintf(w, "%s %10d %s %s\n", e.Mode, e.Size, e.Mtime.Format("2006-01-02 15:04"), name)
+		} else {
+			_, err = fmt.Fprintln(w, name)
+		}
+		return err
 	})
 }
 
+// find prints the paths found as the server streams them (with --json, as
+// one array once it is whole).
 func find(c *cli.Context) error {
-	paths, err := clientOf(c).Find(c.Context, c.Args().Get(0), client.FindOptions{
-		Path: c.Args().Get(1), Name: c.String("name"), Type: c.String("type"), Rev: c.Int64("rev"),
-	})
-	if err != nil {
-		return err
-	}
-	return output(c, paths, func(w io.Writer) {
-		for _, p := range paths {
-			fmt.Fprintln(w, p)
+	opt := client.FindOptions{Path: c.Args().Get(1), Name: c.String("name"), Type: c.String("type"), Rev: c.Int64("rev")}
+	cl, ws := clientOf(c), c.Args().Get(0)
+	if jsonOn(c) {
+		paths, err := cl.Find(c.Context, ws, opt)
+		if err != nil {
+			return err
 		}
+		return output(c, paths, nil)
+	}
+	w := bufio.NewWriter(c.App.Writer)
+	defer w.Flush()
+	return cl.FindEach(c.Context, ws, opt, func(p string) error {
+		_, err := fmt.Fprintln(w, p)
+		return err
 	})
 }
 

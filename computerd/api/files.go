@@ -203,7 +203,8 @@ func (s *Server) stat(w http.ResponseWriter, r *http.Request) error {
 }
 
 // list answers the entries of a directory (or the file itself) with their
-// metadata; ?recursive=1 lists the whole subtree.
+// metadata; ?recursive=1 lists the whole subtree, streamed as it is
+// walked (a JSON array written element by element).
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	sn, err := s.snapshot(r)
 	if err != nil {
@@ -217,16 +218,17 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []core.Stat{}
+	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(sn.Rev, 10))
+	out := newArray(w)
 	switch {
 	case !st.IsDir():
-		out = append(out, st)
+		err = out.add(st)
 	case boolParam(r, "recursive"):
 		err = sn.Walk(r.Context(), p, func(q string, st core.Stat) error {
-			if q != p {
-				out = append(out, st)
+			if q == p {
+				return nil
 			}
-			return nil
+			return out.add(st)
 		})
 	default:
 		var ents []core.Stat
@@ -235,14 +237,15 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		for _, e := range ents {
 			e.Path = path.Join(p, e.Name)
-			out = append(out, e)
+			if err = out.add(e); err != nil {
+				break
+			}
 		}
 	}
 	if err != nil {
 		return err
 	}
-	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(sn.Rev, 10))
-	return writeJSON(w, http.StatusOK, out)
+	return out.end()
 }
 
 // ops commits a batch of ops (mkdir, rm, mv, chmod, symlink, ...) as one revision.

@@ -106,7 +106,8 @@ func relTo(root, p string) string {
 }
 
 // find lists the paths under ?path= whose name (or relative path, when the
-// pattern has a slash) matches ?name=, optionally only ?type=f|d|l.
+// pattern has a slash) matches ?name=, optionally only ?type=f|d|l,
+// streamed as the tree is walked (a JSON array written element by element).
 func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 	sn, err := s.snapshot(r)
 	if err != nil {
@@ -124,7 +125,7 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 	if typ != "" && typ != "f" && typ != "d" && typ != "l" {
 		return badRequest("type=%q: want f, d or l", typ)
 	}
-	out := []string{}
+	out := newArray(w)
 	err = sn.Walk(r.Context(), root, func(p string, st core.Stat) error {
 		if err := r.Context().Err(); err != nil {
 			return err
@@ -137,14 +138,14 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		if match(relTo(root, p)) {
-			out = append(out, p)
+			return out.add(p)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return out.end()
 }
 
 // grepOptions are a grep request's parameters.

@@ -479,3 +479,62 @@ func (l *lines) flush() error {
 	}
 	return nil
 }
+
+// array writes an answer that is one JSON array, element by element as
+// they are produced, so that a long listing is never held whole: its
+// memory is a buffer, whatever the number of elements. The answer starts
+// (200) with the first element or end; a failure after that cuts the
+// stream, which the client sees as a broken array.
+type array struct {
+	w       http.ResponseWriter
+	bw      *bufio.Writer
+	enc     *json.Encoder
+	started bool
+	n       int
+}
+
+// arrayFlushEvery is how many elements array buffers between flushes to
+// the client.
+const arrayFlushEvery = 1024
+
+func newArray(w http.ResponseWriter) *array { return &array{w: w} }
+
+func (a *array) start() {
+	if a.started {
+		return
+	}
+	a.started = true
+	a.w.Header().Set("Content-Type", "application/json")
+	a.w.WriteHeader(http.StatusOK)
+	a.bw = bufio.NewWriterSize(a.w, 32<<10)
+	a.enc = json.NewEncoder(a.bw)
+	a.bw.WriteByte('[')
+}
+
+// add writes one element.
+func (a *array) add(v any) error {
+	a.start()
+	if a.n > 0 {
+		a.bw.WriteByte(',')
+	}
+	a.n++
+	if err := a.enc.Encode(v); err != nil {
+		return err
+	}
+	if a.n%arrayFlushEvery == 0 {
+		if err := a.bw.Flush(); err != nil {
+			return err
+		}
+		if f, ok := a.w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	return nil
+}
+
+// end closes the array (an empty one if nothing was added).
+func (a *array) end() error {
+	a.start()
+	a.bw.WriteString("]\n")
+	return a.bw.Flush()
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -93,10 +96,11 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// attach imports a tar archive (plain or gzip) from the body as one
+// attach imports a tar archive (plain, gzip or zstd) from the body as one
 // revision. By default the workspace's tree becomes exactly the archive's
 // contents; ?merge=1 keeps what the archive does not name. ?into=DIR places
-// the archive under DIR.
+// the archive under DIR. The entries stream into the store as they are
+// read (fsstore.Import), so memory does not grow with the archive.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspace(r)
 	if err != nil {
@@ -108,38 +112,36 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	body := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload), 256<<10)
+	packed := &countingReader{r: http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload)}
+	body := bufio.NewReaderSize(packed, 256<<10)
 	var in io.Reader = body
-	if magic, _ := body.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	magic, _ := body.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return badRequest("attach: bad gzip stream: %v", err)
 		}
-		in = zr
+		in = &ratioReader{r: zr, packed: packed}
+	case bytes.HasPrefix(magic, zstdMagic):
+		zr, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(zstdMaxWindow))
+		if err != nil {
+			return badRequest("attach: bad zstd stream: %v", err)
+		}
+		defer zr.Close()
+		in = &ratioReader{r: zr, packed: packed}
 	}
-	im, err := s.Store.NewImport(r.Context(), ws.ID, !boolParam(r, "merge"))
+	ctx := r.Context()
+	im, err := s.Store.NewImport(ctx, ws.ID, !boolParam(r, "merge"))
 	if err != nil {
 		return err
 	}
-	defer im.Close() // its chunks stay safe from GC until the commit
+	defer im.Close() // the stage goes, and its chunks are safe from GC until the commit
 	now := s.Store.Now()
-	dirs := map[string]bool{"": true}
-	// ensureDirs adds the missing parents of p, shallowest first.
-	var ensureDirs func(p string)
-	ensureDirs = func(p string) {
-		d := path.Dir(p)
-		if d == "." {
-			d = ""
-		}
-		if dirs[d] {
-			return
-		}
-		ensureDirs(d)
-		im.Dir(r.Context(), d, 0o755, now)
-		dirs[d] = true
-	}
 	if into != "" {
-		ensureDirs(into + "/x")
+		if err := im.Parents(ctx, into+"/x"); err != nil {
+			return tarError(err)
+		}
 	}
 	res := wire.AttachResult{}
 	tr := tar.NewReader(in)
@@ -159,7 +161,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			continue // the archive's root directory
 		}
 		p := path.Join(into, name)
-		ensureDirs(p)
+		if err := im.Parents(ctx, p); err != nil {
+			return tarError(err)
+		}
 		mode := fsstore.ModeOf(uint32(hdr.Mode) & 0o7777) // tar's mode bits are unix's
 		mtime := hdr.ModTime
 		if mtime.IsZero() {
@@ -167,20 +171,15 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if !dirs[p] {
-				im.Dir(r.Context(), p, mode, mtime)
-				dirs[p] = true
-			}
+			err = im.Dir(ctx, p, mode, mtime)
 		case tar.TypeReg, tar.TypeRegA:
-			if err := im.File(r.Context(), p, mode, mtime, tr); err != nil {
-				return tarError(err)
-			}
+			err = im.File(ctx, p, mode, mtime, tr)
 			res.Files++
 			res.Bytes += hdr.Size
 		case tar.TypeSymlink:
-			im.Symlink(r.Context(), p, hdr.Linkname, mtime)
+			err = im.Symlink(ctx, p, hdr.Linkname, mtime)
 		case tar.TypeFifo:
-			im.Special(r.Context(), p, mode|fs.ModeNamedPipe, 0, mtime)
+			err = im.Special(ctx, p, mode|fs.ModeNamedPipe, 0, mtime)
 		case tar.TypeChar, tar.TypeBlock:
 			typ := fs.ModeDevice
 			if hdr.Typeflag == tar.TypeChar {
@@ -189,17 +188,20 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			if hdr.Devmajor < 0 || hdr.Devmajor >= 1<<12 || hdr.Devminor < 0 || hdr.Devminor >= 1<<20 {
 				return badRequest("attach: %s: device %d:%d out of range (major < 4096, minor < 1048576)", hdr.Name, hdr.Devmajor, hdr.Devminor)
 			}
-			im.Special(r.Context(), p, mode|typ, core.MakeDev(uint32(hdr.Devmajor), uint32(hdr.Devminor)), mtime)
+			err = im.Special(ctx, p, mode|typ, core.MakeDev(uint32(hdr.Devmajor), uint32(hdr.Devminor)), mtime)
 		case tar.TypeLink:
 			return badRequest("attach: %s is a hard link to %s; archives with hard links are not supported (store the file itself)", hdr.Name, hdr.Linkname)
 		case tar.TypeXGlobalHeader:
 		default:
 			return badRequest("attach: %s: unsupported tar entry type %q", hdr.Name, hdr.Typeflag)
 		}
+		if err != nil {
+			return tarError(err)
+		}
 	}
 	drain(body)
 	info := commitInfo(r, 0, fmt.Sprintf("attach %d files", res.Files))
-	rev, err := im.Commit(r.Context(), info)
+	rev, err := im.Commit(ctx, info)
 	if err != nil {
 		return err
 	}
@@ -207,6 +209,71 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	s.Metrics.Committed(rev)
 	w.Header().Set(wire.HeaderRevision, strconv.FormatInt(rev.Rev, 10))
 	return writeJSON(w, http.StatusOK, res)
+}
+
+// The first bytes of a gzip and of a zstd stream.
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// zstdMaxWindow bounds the window a zstd archive may ask its decoder to
+// keep (what zstd -19 uses is 8 MiB; --long=27, 128 MiB, is refused).
+const zstdMaxWindow = 16 << 20
+
+// countingReader counts the bytes read through it, and keeps the error
+// that ended them.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// Bounds on what a compressed archive may expand to: past
+// ratioFloor bytes out, at most maxRatio bytes for each byte in. Real
+// archives stay far below (source trees: 3-10x; a tree of empty files:
+// ~200x); a decompression bomb (1 GiB of zeros is 1 MiB of gzip) does not.
+const (
+	maxRatio   = 1000
+	ratioFloor = 64 << 20
+)
+
+// What ratioReader fails with: an archive over the ratio, or one its
+// decompressor cannot read.
+var (
+	errRatio      = errors.New("decompression ratio over the limit")
+	errCompressed = errors.New("bad compressed stream")
+)
+
+// ratioReader reads a decompressed stream and fails once it has given
+// more than maxRatio times the compressed bytes read from packed (past
+// ratioFloor). A failure of the decompressor itself (not of the body
+// beneath it, whose errors pass as they are) is errCompressed.
+type ratioReader struct {
+	r      io.Reader
+	packed *countingReader
+	out    int64
+}
+
+func (z *ratioReader) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	z.out += int64(n)
+	if z.out > ratioFloor && z.out > maxRatio*z.packed.n {
+		return n, fmt.Errorf("%w: %d bytes from %d compressed", errRatio, z.out, z.packed.n)
+	}
+	if err != nil && !errors.Is(err, io.EOF) && (z.packed.err == nil || errors.Is(z.packed.err, io.EOF)) {
+		return n, fmt.Errorf("%w: %w", errCompressed, err)
+	}
+	return n, err
 }
 
 // tarName validates an archive member name: relative, no escape above the root.
@@ -227,6 +294,15 @@ func tarError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return err
+	}
+	if errors.Is(err, errRatio) {
+		return failure(wire.ErrTooLarge, "attach: the archive expands to more than %d times its compressed size (%v); nothing was committed", maxRatio, err)
+	}
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return failure(wire.ErrTooLarge, "attach: the zstd archive needs a window over %d bytes (%v); nothing was committed", zstdMaxWindow, err)
+	}
+	if errors.Is(err, errCompressed) {
+		return badRequest("attach: bad archive: %v", err)
 	}
 	if cut := bodyCut(err, "attach"); cut != nil {
 		return cut

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -114,7 +116,8 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) error {
 }
 
 // diff answers ?from=&to=&format=unified|stat|changeset (to defaults to the
-// head, from to the revision before to).
+// head, from to the revision before to). Each format is written as it is
+// encoded, never buffered whole.
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspace(r)
 	if err != nil {
@@ -138,20 +141,18 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
 		return s.Store.WriteDiff(r.Context(), w, ws.ID, from, to)
 	case "stat":
-		files, err := s.Store.DiffFiles(r.Context(), ws.ID, from, to)
+		out := newArray(w)
+		err := s.Store.EachFileChange(r.Context(), ws.ID, from, to, func(f core.FileChange) error { return out.add(f) })
 		if err != nil {
 			return err
 		}
-		if files == nil {
-			files = []core.FileChange{}
-		}
-		return writeJSON(w, http.StatusOK, files)
+		return out.end()
 	case "changeset":
 		cs, err := s.Store.Diff(r.Context(), ws.ID, from, to)
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, cs)
+		return writeChangeset(w, cs)
 	default:
 		return badRequest("format=%q: want unified, stat or changeset", f)
 	}
@@ -183,4 +184,24 @@ func displayPath(p string) string {
 		return "/"
 	}
 	return p
+}
+
+// writeChangeset answers cs as JSON, op by op: the encoding is never held
+// whole (the ops are: the store's diff holds them).
+func writeChangeset(w http.ResponseWriter, cs *core.Changeset) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	fmt.Fprintf(bw, `{"from":%d,"to":%d,"ops":[`, cs.From, cs.To)
+	enc := json.NewEncoder(bw)
+	for i, op := range cs.Ops {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if err := enc.Encode(op); err != nil {
+			return err
+		}
+	}
+	bw.WriteString("]}\n")
+	return bw.Flush()
 }

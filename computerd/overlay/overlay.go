@@ -445,6 +445,11 @@ func (l *Layer) Unmount(ctx context.Context) error {
 		// that holds the changes. Leave it for Recover at the next start.
 		return errors.Join(cerr, err)
 	}
+	// The record goes first: a removal cut short (SIGKILL) never leaves a
+	// record whose upper layer is gone in part.
+	if rerr := os.Remove(filepath.Join(l.opt.Dir, "layer.json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
 	if rerr := os.RemoveAll(l.opt.Dir); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
@@ -534,6 +539,9 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld 
 	}
 	if d.Head != 1 {
 		return nil // the draft already holds the changes
+	}
+	if _, err := os.Stat(filepath.Join(ld, "upper")); errors.Is(err, os.ErrNotExist) {
+		return nil // a removal cut short, by a build that removed the record last: the layer was done with
 	}
 	lower, release, err := view.Acquire(ctx, rec.Workspace, rec.Base)
 	if err != nil {

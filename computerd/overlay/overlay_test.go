@@ -319,6 +319,24 @@ func TestRecover(t *testing.T) {
 	}
 }
 
+// A layer whose removal a kill cut short (its record left, its upper
+// layer gone) does not stop recovery: it was done with.
+func TestRecoverCutRemoval(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
+	dir := filepath.Join(f.dir, "layers")
+	os.Mkdir(dir, 0o700)
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev,
+		Dir: filepath.Join(dir, "x7"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x7"}})
+	must(t, err)
+	must(t, unix.Unmount(l.Mountpoint(), unix.MNT_DETACH))
+	must(t, os.RemoveAll(filepath.Join(dir, "x7", "upper")))
+	must(t, overlay.Recover(bg, f.st, f.view, dir))
+	if _, err := os.Stat(filepath.Join(dir, "x7")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("layer left after Recover: %v", err)
+	}
+}
+
 // TestRandomChanges applies random operations through an overlay and
 // checks, for every seed, that the committed tree is what the command saw.
 func TestRandomChanges(t *testing.T) {
