@@ -149,14 +149,14 @@ func TestAttachFailureLeavesNothing(t *testing.T) {
 			tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("d%d/f%d", i/100, i), Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
 			tw.Write([]byte("x"))
 		}
-		tw.WriteHeader(&tar.Header{Name: "dev", Typeflag: tar.TypeChar, Mode: 0o644})
+		tw.WriteHeader(&tar.Header{Name: "link", Typeflag: tar.TypeLink, Linkname: "d0/f0"})
 		tw.Close()
 		pw.Close()
 	}()
 	_, err := cl.Attach(ctx, "w", pr, client.AttachOptions{})
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Status != http.StatusBadRequest {
-		t.Fatalf("attach with a device: %v, want 400", err)
+		t.Fatalf("attach with a hard link: %v, want 400", err)
 	}
 	ws, err := cl.Workspace(ctx, "w")
 	if err != nil || ws.Head != 2 {
