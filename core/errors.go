@@ -39,6 +39,13 @@ var (
 	ErrLocked = errors.New("data directory in use")
 	// ErrBadToken: a bearer token is unknown or revoked.
 	ErrBadToken = errors.New("invalid or revoked token")
+	// ErrQuota: the change would take the tenant over one of its quotas
+	// (bytes stored, number of workspaces); nothing was written.
+	ErrQuota = errors.New("quota exceeded")
+	// ErrNoSpace: the data directory's file system is full (ENOSPC, or
+	// SQLite's SQLITE_FULL); nothing was written, and the same request
+	// succeeds once space is freed.
+	ErrNoSpace = errors.New("no space left on device")
 )
 
 // PathError records the operation and path that failed.

@@ -43,6 +43,7 @@ type wtx struct {
 	lastRun  int64                          // the id after the last chunk verified alone
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
+	storedBefore    int64  // the workspace's tenant's stored bytes when the transaction began
 }
 
 type extentKey struct {
@@ -180,6 +181,9 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
+	if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -195,6 +199,9 @@ func (t *wtx) finish(info CommitInfo) error {
 		return err
 	}
 	if err := t.insertUnsaved(); err != nil {
+		return err
+	}
+	if err := t.checkQuota(info, t.storedBefore); err != nil {
 		return err
 	}
 	if info.Tenant == "" {
@@ -595,21 +602,25 @@ func (t *wtx) flushEntries() error {
 
 // putChunk stores data as a chunk, or finds the copy already stored.
 func (t *wtx) putChunk(data []byte) (int64, error) {
-	return putChunk(t.ctx, t.q, sha256.Sum256(data), data)
+	id, _, err := putChunk(t.ctx, t.q, sha256.Sum256(data), data)
+	return id, err
 }
 
-func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, error) {
+// putChunk stores a chunk and returns its row id, and whether the store
+// did not hold it before.
+func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, bool, error) {
 	var id, size int64
 	res, err := q.insChunk.ExecContext(ctx, h[:], len(data), data)
 	if err != nil {
-		return 0, wrapDB("store chunk", err)
+		return 0, false, wrapDB("store chunk", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		// Already there.
 		err = q.chunkByHash.QueryRowContext(ctx, h[:]).Scan(&id, &size)
-		return id, wrapDB("find chunk", err)
+		return id, false, wrapDB("find chunk", err)
 	}
-	return res.LastInsertId()
+	id, err = res.LastInsertId()
+	return id, true, err
 }
 
 // chunkID finds the row of a chunk named in a changeset.

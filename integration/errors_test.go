@@ -109,13 +109,13 @@ func TestErrorKinds(t *testing.T) {
 			_, err := client.New(e.d.URL(), "cdt_bad").Workspaces(ctx)
 			return err
 		}, "unauthorized", http.StatusUnauthorized, core.ErrBadToken},
-		{"limit_exceeded", func() error {
+		{"quota_exceeded", func() error {
 			if _, err := cl.CreateWorkspace(ctx, "second"); err != nil {
 				return err
 			}
 			_, err := cl.CreateWorkspace(ctx, "third")
 			return err
-		}, "limit_exceeded", http.StatusForbidden, wire.ErrLimit},
+		}, "quota_exceeded", http.StatusForbidden, core.ErrQuota},
 		{"unavailable", func() error {
 			_, err := client.New(bare.URL, e.token).Exec(ctx, "w", wire.ExecRequest{Argv: []string{"true"}}, nil)
 			return err
@@ -154,7 +154,7 @@ func TestErrorKinds(t *testing.T) {
 	t.Run("every kind is covered", func(t *testing.T) {
 		covered := []string{"not_found", "exists", "not_dir", "is_dir", "not_empty", "invalid_path", "invalid", "conflict",
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
-			"limit_exceeded", "unavailable", "internal",
+			"quota_exceeded", "unavailable", "internal",
 			"timeout",
 			"busy"} // busy: TestExecBusy (exec_limits_test.go)
 		for _, k := range wire.Kinds() {

@@ -30,7 +30,7 @@ func (s *Server) checkQuota(r *http.Request) error {
 		return err
 	}
 	if len(list) >= s.Limits.MaxWorkspaces {
-		return failure(wire.ErrLimit, "tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)
+		return failure(core.ErrQuota, "tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)
 	}
 	return nil
 }
