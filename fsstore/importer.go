@@ -29,8 +29,13 @@ type Import struct {
 
 // NewImport starts an import into ws. With replace, the workspace's current
 // tree is removed first, so the revision holds exactly what was imported.
-func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import, error) {
-	im := &Import{s: s, ws: ws, up: s.NewUploader()}
+// File contents go through up (nil: a new Uploader), which the Import's
+// Close closes.
+func (s *Store) NewImport(ctx context.Context, ws int64, replace bool, up *Uploader) (*Import, error) {
+	if up == nil {
+		up = s.NewUploader()
+	}
+	im := &Import{s: s, ws: ws, up: up}
 	if replace {
 		im.ops = append(im.ops, core.Op{Kind: core.OpDeleteAll, Path: ""})
 		return im, nil
@@ -132,7 +137,7 @@ func (im *Import) Close() error { return im.up.Close() }
 // ImportDir imports the local directory dir (without following symlinks)
 // into ws as one revision.
 func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace bool, info CommitInfo, progress func(int, int64)) (core.Revision, error) {
-	im, err := s.NewImport(ctx, ws, replace)
+	im, err := s.NewImport(ctx, ws, replace, nil)
 	if err != nil {
 		return core.Revision{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"computerd/computerd/api"
 	"computerd/computerd/daemon"
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -25,7 +26,7 @@ import (
 // promises and an error that errors.Is the store's own sentinel.
 func TestErrorKinds(t *testing.T) {
 	// Short HTTP timeouts, so a stalled upload is cut in seconds.
-	e := startWith(t, daemon.Config{Limits: api.Limits{MaxJSONBody: 4 << 10, MaxWorkspaces: 2}, HTTP: short})
+	e := startWith(t, daemon.Config{Limits: api.Limits{MaxJSONBody: 4 << 10}, Quota: fsstore.Quota{MaxWorkspaces: 2}, HTTP: short})
 	ctx := context.Background()
 	cl := client.New(e.d.URL(), e.token)
 	e.ok("ws", "create", "w")
@@ -156,7 +157,8 @@ func TestErrorKinds(t *testing.T) {
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
 			"quota_exceeded", "unavailable", "internal",
 			"timeout",
-			"busy"} // busy: TestExecBusy (exec_limits_test.go)
+			"busy",     // TestExecBusy (exec_limits_test.go)
+			"no_space"} // TestFullDisk (fulldisk_test.go)
 		for _, k := range wire.Kinds() {
 			if !slices.Contains(covered, k.Code) {
 				t.Errorf("no request provokes %s here", k.Code)

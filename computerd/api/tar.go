@@ -107,8 +107,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 		in = zr
 	}
-	im, err := s.Store.NewImport(r.Context(), ws.ID, !boolParam(r, "merge"))
+	up, err := s.meteredUploader(r)
 	if err != nil {
+		return err
+	}
+	im, err := s.Store.NewImport(r.Context(), ws.ID, !boolParam(r, "merge"), up)
+	if err != nil {
+		up.Close()
 		return err
 	}
 	defer im.Close() // its chunks stay safe from GC until the commit

@@ -29,7 +29,8 @@ func serveCommand() *cli.Command {
 			dataFlag,
 			&cli.StringFlag{Name: "listen", Usage: "API address", Value: daemon.DefaultListen, EnvVars: []string{"COMPUTERD_LISTEN"}},
 			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: daemon.DefaultMetricsListen, EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
-			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: api.DefaultMaxWorkspaces},
+			&cli.Int64Flag{Name: "max-workspaces", Usage: "live workspaces per tenant, conflict and interrupted copies included (0: no limit; computerd tenant set gives a tenant its own)", Value: daemon.DefaultMaxWorkspaces},
+			&cli.StringFlag{Name: "quota-bytes", Usage: "bytes one tenant may store, history, forks and copies included, each distinct chunk counted once (0: no limit; computerd tenant set gives a tenant its own); suffixes K, M, G, T (powers of 1024)", Value: core.FormatSize(daemon.DefaultQuotaBytes)},
 			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: api.DefaultMaxJSONBody},
 			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: api.DefaultMaxUpload},
 			&cli.DurationFlag{Name: "http-read-header-timeout", Usage: "longest time to read a request's header", Value: daemon.DefaultHTTPReadHeaderTimeout},
@@ -100,7 +101,12 @@ func serve(c *cli.Context) error {
 	if r := c.Int64("http-body-min-rate"); r <= 0 {
 		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
 	}
+	quota, err := serveQuota(c)
+	if err != nil {
+		return err
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
+		Quota:            quota,
 		DataDir:          c.String("data"),
 		Listen:           c.String("listen"),
 		MetricsListen:    c.String("metrics-listen"),
@@ -129,7 +135,6 @@ func serve(c *cli.Context) error {
 		Limits: api.Limits{
 			MaxJSONBody:   c.Int64("max-body"),
 			MaxUpload:     c.Int64("max-upload"),
-			MaxWorkspaces: c.Int("max-workspaces"),
 		},
 	})
 	if err != nil {
@@ -204,6 +209,25 @@ func tokenCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// serveQuota reads --quota-bytes and --max-workspaces, where 0 is no limit.
+func serveQuota(c *cli.Context) (fsstore.Quota, error) {
+	bytes, err := core.ParseSize(c.String("quota-bytes"))
+	if err != nil {
+		return fsstore.Quota{}, fmt.Errorf("--quota-bytes: %w", err)
+	}
+	n := c.Int64("max-workspaces")
+	if n < 0 {
+		return fsstore.Quota{}, fmt.Errorf("--max-workspaces %d: want 0 (no limit) or more", n)
+	}
+	noLimit := func(v int64) int64 {
+		if v == 0 {
+			return -1 // daemon.Config's "no limit"
+		}
+		return v
+	}
+	return fsstore.Quota{MaxBytes: noLimit(bytes), MaxWorkspaces: noLimit(n)}, nil
 }
 
 // defaultShutdownGrace is --shutdown-grace's default.

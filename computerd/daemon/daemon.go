@@ -36,6 +36,10 @@ type Config struct {
 	MetricsListen string
 	// Limits bound callers (zero values take the API's defaults).
 	Limits api.Limits
+	// Quota is every tenant's quota unless `computerd tenant set` gave it
+	// one of its own: zero fields take DefaultQuotaBytes and
+	// DefaultMaxWorkspaces, negative ones set no limit.
+	Quota fsstore.Quota
 	// HTTP bounds how long a connection to the API or metrics server may
 	// wait on its client (zero fields take the defaults of HTTPTimeouts).
 	HTTP HTTPTimeouts
@@ -87,6 +91,13 @@ const (
 	DefaultMetricsListen = "127.0.0.1:7778"
 	// DefaultSandboxWarm is computerd serve's --sandbox-warm.
 	DefaultSandboxWarm = 2
+	// DefaultQuotaBytes bounds what one tenant stores, history included
+	// (--quota-bytes): room for many large repositories and their
+	// revisions, while one tenant cannot take a whole disk from others.
+	DefaultQuotaBytes = 100 << 30
+	// DefaultMaxWorkspaces bounds a tenant's live workspaces, conflict
+	// and interrupted copies included (--max-workspaces).
+	DefaultMaxWorkspaces = 1000
 	// DefaultExecTimeout is the timeout of an exec that names none.
 	DefaultExecTimeout = runner.DefaultTimeout
 	// The exec ceilings and bounds; runner.Runner's defaults say why these.
@@ -171,6 +182,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
 	d.Store.Owner = "computerd serve" // the store's lock names its holder
+	d.Store.DefaultQuota = quotaOf(cfg.Quota)
 	if cfg.Home != "" {
 		if d.remote, err = newExecutor(ctx, *cfg, d.Store); err != nil {
 			return err
@@ -222,6 +234,21 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	d.group.Go(func() error { return d.serve(d.api, d.apiLn) })
 	cfg.Log.Info("serving", "api", d.URL(), "metrics", d.MetricsURL(), "data", cfg.DataDir)
 	return nil
+}
+
+// quotaOf is the store's default quota for a Config's: zero fields take
+// the defaults, negative ones (no limit) become the store's zero.
+func quotaOf(q fsstore.Quota) fsstore.Quota {
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return fsstore.Quota{MaxBytes: pick(q.MaxBytes, DefaultQuotaBytes), MaxWorkspaces: pick(q.MaxWorkspaces, DefaultMaxWorkspaces)}
 }
 
 // SandboxStateDir is where a daemon on dataDir keeps its containers'

@@ -1,0 +1,167 @@
+package integration
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"computerd/client"
+	"computerd/computerd/daemon"
+	"computerd/core"
+	"computerd/fsstore"
+	"computerd/wire"
+)
+
+// randomBytes returns n bytes no other call returns.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// tarOf is a tar archive holding name with data.
+func tarOf(t *testing.T, name string, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	return buf.Bytes()
+}
+
+// wantQuota checks err is the API's quota_exceeded (403).
+func wantQuota(t *testing.T, what string, err error) {
+	t.Helper()
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeQuota || we.Status != http.StatusForbidden || !errors.Is(err, core.ErrQuota) {
+		t.Fatalf("%s: %v, want 403 quota_exceeded", what, err)
+	}
+}
+
+// checkStore runs the store's fsck (integrity_check included) on a
+// running daemon's store and fails on any problem.
+func checkStore(t *testing.T, s *fsstore.Store) {
+	t.Helper()
+	rep, err := s.Check(context.Background(), fsstore.CheckOptions{AllRevisions: true, Hashes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) > 0 {
+		t.Fatalf("fsck: %s", strings.Join(rep.Problems, "\n"))
+	}
+}
+
+// A tenant's byte quota refuses writes, attaches and edits that would add
+// bytes past it (403 quota_exceeded, nothing changed), while bytes it
+// stores already cost nothing, deletes go through, another tenant is not
+// affected, and deleting a workspace makes room at once.
+func TestQuotaBytes(t *testing.T) {
+	e := startWith(t, daemon.Config{Quota: fsstore.Quota{MaxBytes: 1 << 20}})
+	ctx := context.Background()
+	cl := client.New(e.d.URL(), e.token)
+	for _, ws := range []string{"w", "scratch"} {
+		if _, err := cl.CreateWorkspace(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := randomBytes(600 << 10)
+	if _, err := cl.Write(ctx, "w", "first", bytes.NewReader(first), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.write("w", "text", "hello\n")
+	head := e.head("w")
+	over := randomBytes(600 << 10)
+	_, err := cl.Write(ctx, "w", "over", bytes.NewReader(over), client.WriteOptions{})
+	wantQuota(t, "write over the quota", err)
+	_, err = cl.Attach(ctx, "w", bytes.NewReader(tarOf(t, "over", over)), client.AttachOptions{Merge: true})
+	wantQuota(t, "attach over the quota", err)
+	_, err = cl.Edit(ctx, "w", wire.Edit{Path: "text", Old: "hello", New: hex.EncodeToString(over)})
+	wantQuota(t, "edit over the quota", err)
+	if got := e.head("w"); got != head {
+		t.Fatalf("refused calls moved the head from %d to %d", head, got)
+	}
+	if _, ok := e.tree("w")["over"]; ok {
+		t.Fatal("a refused write left its file")
+	}
+	// Bytes the tenant stores already cost nothing.
+	if _, err := cl.Write(ctx, "scratch", "copy", bytes.NewReader(first), client.WriteOptions{}); err != nil {
+		t.Fatalf("a copy of stored bytes: %v", err)
+	}
+	// Another tenant has a quota of its own.
+	bob := client.New(e.d.URL(), e.newToken("bob"))
+	if _, err := bob.CreateWorkspace(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Write(ctx, "b", "over", bytes.NewReader(over), client.WriteOptions{}); err != nil {
+		t.Fatalf("bob: %v", err)
+	}
+	u, err := e.d.Store.Usage(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(first) + len("hello\n")); u.Bytes != want {
+		t.Fatalf("alice stores %d bytes, want %d", u.Bytes, want)
+	}
+	// A delete goes through over the quota; deleting the workspace that
+	// holds the bytes frees them.
+	if _, err := cl.Ops(ctx, "w", wire.Ops{Ops: []core.Op{{Kind: core.OpDelete, Path: "first"}}}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	for _, ws := range []string{"w", "scratch"} {
+		if err := cl.DeleteWorkspace(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.CreateWorkspace(ctx, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Write(ctx, "w2", "over", bytes.NewReader(over), client.WriteOptions{}); err != nil {
+		t.Fatalf("write after the bytes were freed: %v", err)
+	}
+	checkStore(t, e.d.Store)
+}
+
+// The workspace quota counts conflict copies: a tenant at its quota
+// cannot create or fork, until it removes one.
+func TestQuotaWorkspaces(t *testing.T) {
+	e := startWith(t, daemon.Config{Quota: fsstore.Quota{MaxWorkspaces: 2}})
+	ctx := context.Background()
+	cl := client.New(e.d.URL(), e.token)
+	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("w", "f", "one")
+	base := e.head("w")
+	e.write("w", "f", "two")
+	// A commit based on an older revision that conflicts keeps its
+	// changes in a copy, which counts.
+	w, err := e.d.Store.Workspace(ctx, "alice", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.d.Store.ApplyOrKeep(ctx, w.ID, &core.Changeset{From: base, Ops: []core.Op{{Kind: core.OpCreate, Path: "f", Content: &core.Content{}}}},
+		fsstore.CommitInfo{Base: base, ExecID: "x1"}, fsstore.CopyName("w", "conflict", "x1"))
+	if err != nil || res.Copy.Name == "" {
+		t.Fatalf("conflict copy: %+v %v", res, err)
+	}
+	_, err = cl.CreateWorkspace(ctx, "third")
+	wantQuota(t, "create with a conflict copy at the quota", err)
+	_, err = cl.Fork(ctx, "w", "third", 0)
+	wantQuota(t, "fork at the quota", err)
+	if err := cl.DeleteWorkspace(ctx, res.Copy.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateWorkspace(ctx, "third"); err != nil {
+		t.Fatalf("create after removing the copy: %v", err)
+	}
+	checkStore(t, e.d.Store)
+}
