@@ -41,9 +41,9 @@ type Limits struct {
 
 // Defaults of Limits (computerd serve's flags name them too).
 const (
-	DefaultMaxJSONBody   = 8 << 20
-	DefaultMaxUpload     = 8 << 30
-	DefaultMaxEditSize   = 64 << 20
+	DefaultMaxJSONBody = 8 << 20
+	DefaultMaxUpload   = 8 << 30
+	DefaultMaxEditSize = 64 << 20
 )
 
 func (l *Limits) defaults() {

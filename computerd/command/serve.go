@@ -133,8 +133,8 @@ func serve(c *cli.Context) error {
 			Write:       c.Duration("http-write-timeout"),
 		},
 		Limits: api.Limits{
-			MaxJSONBody:   c.Int64("max-body"),
-			MaxUpload:     c.Int64("max-upload"),
+			MaxJSONBody: c.Int64("max-body"),
+			MaxUpload:   c.Int64("max-upload"),
 		},
 	})
 	if err != nil {
