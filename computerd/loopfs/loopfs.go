@@ -149,7 +149,7 @@ func (m *Maker) template(size int64) (*os.File, error) {
 	// reserved blocks: the limit is the image. Inode tables are not
 	// zeroed ahead (lazy_itable_init), nor by the kernel after mounting
 	// (noinit_itable): an image that starts empty never reads them.
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
+	out, err := exec.Command(mkfsPath(), "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
 		"-m", "0", "-L", "computerd-layer", tmp).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
@@ -160,6 +160,20 @@ func (m *Maker) template(size int64) (*os.File, error) {
 		return nil, fmt.Errorf("loopfs: %w", err)
 	}
 	return os.Open(path)
+}
+
+// mkfsPath finds mkfs.ext4: on the PATH, or where Debian puts it (an
+// unprivileged user's PATH may lack the sbin directories).
+func mkfsPath() string {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "mkfs.ext4"
 }
 
 // Mount attaches image to a free loop device and mounts its file system
