@@ -42,19 +42,19 @@ func (s *Store) noSpace(err error) error {
 	case sqliteFull:
 		return fmt.Errorf("%w: %w", core.ErrNoSpace, err)
 	case sqliteIOErr:
-		if free, ferr := s.FreeSpace(); ferr == nil && free < lowSpace {
+		if free, _, ferr := s.DiskSpace(); ferr == nil && free < lowSpace {
 			return fmt.Errorf("%w: %w", core.ErrNoSpace, err)
 		}
 	}
 	return err
 }
 
-// FreeSpace is the space left to unprivileged users on the data
-// directory's file system, in bytes.
-func (s *Store) FreeSpace() (int64, error) {
+// DiskSpace is the space left to unprivileged users on the data
+// directory's file system, and its size, in bytes.
+func (s *Store) DiskSpace() (free, size int64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(s.Dir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", s.Dir, err)
+		return 0, 0, fmt.Errorf("statfs %s: %w", s.Dir, err)
 	}
-	return int64(st.Bavail) * st.Bsize, nil
+	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize, nil
 }

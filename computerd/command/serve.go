@@ -53,6 +53,7 @@ func serveCommand() *cli.Command {
 			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (the default is the host's count)", Value: daemon.DefaultExecMaxCPUs()},
 			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
+			&cli.StringFlag{Name: "exec-max-write", Usage: "bytes one exec may write to /workspace before its writes fail with ENOSPC (less when its tenant's --quota-bytes or the disk leave less); suffixes K, M, G, T", Value: core.FormatSize(daemon.DefaultExecMaxWrite)},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
@@ -105,6 +106,10 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	maxWrite, err := core.ParseSize(c.String("exec-max-write"))
+	if err != nil || maxWrite == 0 {
+		return fmt.Errorf("--exec-max-write %q: want a size above 0 (%v)", c.String("exec-max-write"), err)
+	}
 	d, err := daemon.Start(c.Context, daemon.Config{
 		Quota:            quota,
 		DataDir:          c.String("data"),
@@ -121,6 +126,7 @@ func serve(c *cli.Context) error {
 		ExecMaxPerTenant: c.Int("exec-max-per-tenant"),
 		ExecMaxTotal:     c.Int("exec-max-total"),
 		ExecMaxOutput:    c.Int64("exec-max-output"),
+		ExecMaxWrite:     maxWrite,
 		SandboxHelper:    helper,
 		SandboxWarm:      c.Int("sandbox-warm"),
 		Retention:        retention,

@@ -71,6 +71,10 @@ type Config struct {
 	// ExecMaxOutput bounds each exec's stored output log, bytes
 	// (0: DefaultExecMaxOutput).
 	ExecMaxOutput int64
+	// ExecMaxWrite bounds what each exec may write to /workspace, bytes
+	// (0: DefaultExecMaxWrite); the tenant's byte quota and the disk's
+	// free space may bound it further.
+	ExecMaxWrite int64
 	// Retention is the policy by which the daemon prunes old revisions
 	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
 	Retention fsstore.Policy
@@ -107,6 +111,7 @@ const (
 	DefaultExecMaxPerTenant = runner.MaxPerTenant
 	DefaultExecMaxTotal     = runner.MaxTotal
 	DefaultExecMaxOutput    = runner.MaxOutput
+	DefaultExecMaxWrite     = runner.MaxWrite
 )
 
 // DefaultExecMaxCPUs is the CPU ceiling of an exec: the host's CPUs.
@@ -281,6 +286,7 @@ func (d *Daemon) openRunner(ctx context.Context) error {
 		Dir: runDir(d.cfg.DataDir), DefaultTimeout: d.cfg.ExecTimeout,
 		MaxTimeout: d.cfg.ExecMaxTimeout, MaxLimits: d.cfg.ExecMaxLimits,
 		MaxPerTenant: d.cfg.ExecMaxPerTenant, MaxTotal: d.cfg.ExecMaxTotal, MaxOutput: d.cfg.ExecMaxOutput,
+		MaxWrite: d.cfg.ExecMaxWrite,
 	}
 	if d.remote != nil {
 		d.Runner.Remote = d.remote.runner()

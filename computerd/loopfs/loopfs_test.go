@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -127,7 +128,9 @@ func TestVolumeOnFullDisk(t *testing.T) {
 func TestPool(t *testing.T) {
 	needRoot(t)
 	m := &loopfs.Maker{Dir: t.TempDir()}
-	p := &loopfs.Pool{Maker: m, Dir: filepath.Join(t.TempDir(), "pool"), Size: 8 << 20, Count: 2}
+	var full atomic.Bool // Room: no more volumes once set
+	p := &loopfs.Pool{Maker: m, Dir: filepath.Join(t.TempDir(), "pool"), Size: 8 << 20, Count: 2,
+		Room: func(int64) bool { return !full.Load() }}
 	if err := p.Open(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +155,22 @@ func TestPool(t *testing.T) {
 	}
 	if p.Take(filepath.Join(dest, "d"), 16<<20) {
 		t.Fatal("took a volume of a size the pool does not keep")
+	}
+	// A volume given back is handed out again, mounted.
+	full.Store(true)
+	time.Sleep(100 * time.Millisecond) // a volume in the making lands
+	for p.Take(filepath.Join(dest, "drain"), 8<<20) {
+		loopfs.RemoveVolume(filepath.Join(dest, "drain"))
+	}
+	if !p.Put(filepath.Join(dest, "a"), 8<<20) {
+		t.Fatal("Put refused a volume of the pool's size while it was short")
+	}
+	if !p.Take(filepath.Join(dest, "again"), 8<<20) {
+		t.Fatal("no volume after Put")
+	}
+	defer loopfs.RemoveVolume(filepath.Join(dest, "again"))
+	if _, err := os.Stat(filepath.Join(dest, "again", loopfs.VolumeFS, "f")); err != nil {
+		t.Fatalf("the volume put back is not the one taken: %v", err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)

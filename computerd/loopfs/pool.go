@@ -117,6 +117,30 @@ func (p *Pool) Take(dir string, size int64) bool {
 	return false
 }
 
+// Put takes volume dir of size back, if the pool keeps volumes of that
+// size and has fewer than Count ready, and reports whether it did. The
+// caller has emptied its file system (what another exec wrote must not
+// show). Reuse spares making a volume (10-30 ms) and removing one (its
+// blocks given back, 10-30 ms for a few GiB), both paid by the disk and
+// CPU every exec shares.
+func (p *Pool) Put(dir string, size int64) bool {
+	if p == nil || size != p.Size || p.cancel == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) >= p.Count {
+		return false
+	}
+	name := filepath.Join(p.Dir, strconv.Itoa(p.next))
+	p.next++
+	if err := os.Rename(dir, name); err != nil {
+		return false
+	}
+	p.ready = append(p.ready, name)
+	return true
+}
+
 // Close stops making volumes and removes the ready ones.
 func (p *Pool) Close() error {
 	if p.cancel == nil {

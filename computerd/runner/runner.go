@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/loopfs"
 	"computerd/computerd/metrics"
 	"computerd/computerd/overlay"
 	"computerd/computerd/sandbox"
@@ -59,6 +60,9 @@ type Request struct {
 // few goroutines: 8 per tenant lets an agent fan out, 32 in all keeps a
 // 2-core host answering. 64 MiB of output per exec is far more than any
 // reader (human or model) takes in, and 32 execs of it stay under 2 GiB.
+// 4 GiB of writes per exec holds an npm install, a pip install of a
+// machine-learning stack or the clone of a large repository, and is the
+// disk space an exec's upper layer takes while it runs (see writeBound).
 const (
 	DefaultTimeout   = 10 * time.Minute
 	MaxTimeout       = time.Hour
@@ -68,6 +72,7 @@ const (
 	MaxPerTenant     = 8
 	MaxTotal         = 32
 	MaxOutput        = 64 << 20
+	MaxWrite         = 4 << 30
 	outputMarkerText = "computerd: output truncated at the exec output cap of %d bytes; the command runs on, its further output is counted, not kept\n"
 )
 
@@ -102,12 +107,21 @@ type Runner struct {
 	// streams together (default MaxOutput); beyond it the log holds a
 	// truncated event and the command runs on unrecorded.
 	MaxOutput int64
+	// MaxWrite bounds what one exec may write to /workspace (default
+	// MaxWrite): beyond it (or beyond what its tenant's byte quota or the
+	// disk leave, see writeBound) the command's writes fail with ENOSPC.
+	MaxWrite int64
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
 
 	// view serves the revisions execs start from (Dir/view), from Open
 	// to Close; every exec's /workspace is an overlay over it.
 	view *fusefs.View
+	// volumes makes the volumes that hold execs' upper layers (templates
+	// in Dir/templates); pool keeps a few of MaxWrite's size ready
+	// (Dir/volumes), one per warm container.
+	volumes *loopfs.Maker
+	pool    *loopfs.Pool
 
 	mu      sync.Mutex
 	running map[string]*run
@@ -170,18 +184,26 @@ func (r *Runner) defaults() {
 	if r.MaxOutput <= 0 {
 		r.MaxOutput = MaxOutput
 	}
+	if r.MaxWrite <= 0 {
+		r.MaxWrite = MaxWrite
+	}
 }
 
 func (r *Runner) outputPath(id string) string { return filepath.Join(r.Dir, "output", id+".ndjson") }
 func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt", id) }
 func (r *Runner) layerPath(id string) string  { return filepath.Join(r.Dir, "layers", id) }
 func (r *Runner) viewPath() string            { return filepath.Join(r.Dir, "view") }
+func (r *Runner) poolPath() string            { return filepath.Join(r.Dir, "volumes") }
 
 // CleanupMounts detaches what a runner that died left mounted under dir
 // (its Dir): the overlays of its execs, then its revision view. Open does
 // it; so can whoever removes a dead daemon's data directory.
 func CleanupMounts(dir string) error {
 	errs := []error{overlay.CleanupStale(filepath.Join(dir, "layers"))}
+	ready, _ := os.ReadDir(filepath.Join(dir, "volumes")) // a pool's volumes
+	for _, v := range ready {
+		errs = append(errs, loopfs.Unmount(filepath.Join(dir, "volumes", v.Name(), loopfs.VolumeFS)))
+	}
 	mounts, _ := os.ReadDir(filepath.Join(dir, "mnt")) // exec mounts of older versions
 	for _, m := range mounts {
 		p := filepath.Join(dir, "mnt", m.Name())
@@ -263,6 +285,16 @@ func (r *Runner) Open(ctx context.Context) error {
 		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
 	}
 	r.pruneOutput()
+	r.volumes = &loopfs.Maker{Dir: filepath.Join(r.Dir, "templates")}
+	if r.Sandbox != nil {
+		// As many as warm containers, and one when there are none: the
+		// volumes of finished execs come back to it.
+		r.pool = &loopfs.Pool{Maker: r.volumes, Dir: r.poolPath(), Size: loopfs.SizeClass(r.MaxWrite), Count: max(r.Sandbox.Warm, 1),
+			Room: r.poolRoom}
+		if err := r.pool.Open(ctx); err != nil {
+			return fmt.Errorf("upper layer volumes: %w", err)
+		}
+	}
 	opened = true
 
 	// Execs and loops outlive the call that opens the runner (a signal
@@ -365,6 +397,13 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	out, err := createOutputLog(r.outputPath(rec.ID), r.MaxOutput)
 	if err != nil {
 		r.fail(ctx, rec, err)
+		return rec, fmt.Errorf("exec: output log: %w", err)
+	}
+	// The /workspace is made before the answer, so that what keeps it
+	// from being made (a full disk) is the answer.
+	layer, err := r.openLayer(ctx, rec)
+	if err != nil {
+		out.finish(r.fail(ctx, rec, err))
 		return rec, err
 	}
 	r.mu.Lock()
@@ -373,6 +412,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		// not seen, so this one does not start.
 		r.mu.Unlock()
 		out.finish(r.fail(ctx, rec, errClosing))
+		layer.Unmount(context.WithoutCancel(ctx))
 		return rec, errClosing
 	}
 	admitted = false // the exec's goroutine releases it
@@ -386,7 +426,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	r.group.Go(func() error {
 		defer r.execs.Done()
 		defer cancel(nil)
-		final, cleanup := r.execute(rctx, rec, req, timeout, out)
+		final, cleanup := r.execute(rctx, rec, req, timeout, out, layer)
 		out.finish(final) // the answer goes out before the mount is taken down
 		r.mu.Lock()
 		delete(r.running, rec.ID)
@@ -480,22 +520,39 @@ func (r *Runner) observe(e core.Exec) {
 	}
 }
 
-// execute runs one exec to its end and returns its final record, and
-// what is left to clean up once the caller has sent it (the mount).
-func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog) (core.Exec, func()) {
-	begin := time.Now()
+// openLayer makes exec e's /workspace: an overlay of its base revision
+// whose upper layer is a volume of writeBound's size.
+func (r *Runner) openLayer(ctx context.Context, e core.Exec) (*layer, error) {
+	size, err := r.writeBound(ctx, e.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	l := &layer{}
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
+		UpperSize: size, Volumes: r.volumes, Pool: r.pool,
 		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
-	var homeKept string
 	if r.Remote != nil {
-		opt.Deliver = r.deliverer(e, &homeKept)
+		opt.Deliver = r.deliverer(e, &l.homeKept)
 	}
-	m, err := overlay.Open(ctx, opt)
-	if err != nil {
-		return r.fail(ctx, e, fmt.Errorf("mount workspace: %w", err)), nil
+	if l.Layer, err = overlay.Open(ctx, opt); err != nil {
+		return nil, fmt.Errorf("exec: make /workspace: %w", err)
 	}
+	return l, nil
+}
+
+// layer is an exec's /workspace, and where its changes went at the home
+// when a push of an executor's conflicted (the copy's name).
+type layer struct {
+	*overlay.Layer
+	homeKept string
+}
+
+// execute runs one exec to its end and returns its final record, and
+// what is left to clean up once the caller has sent it (the mount).
+func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog, m *layer) (core.Exec, func()) {
+	begin := time.Now()
 	dir := m.Mountpoint()
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -536,8 +593,8 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		e.Error = commitErr.Error()
 	case errors.As(commitErr, &conflict):
 		e.KeptAs = conflict.Name
-		if homeKept != "" {
-			e.KeptAs = homeKept
+		if m.homeKept != "" {
+			e.KeptAs = m.homeKept
 		}
 		if errors.As(commitErr, &storeConflict) {
 			e.Conflict = storeConflict.Paths
@@ -686,6 +743,9 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	err := group.Wait()
 	r.stop(errShutdown)
+	if r.pool != nil {
+		err = errors.Join(err, r.pool.Close())
+	}
 	return errors.Join(err, r.view.Close(context.WithoutCancel(ctx)))
 }
 
