@@ -3,6 +3,7 @@ package fsstore
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 
 	"computerd/core"
@@ -82,7 +83,9 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 		revs := []int64{w.Head}
 		if opt.AllRevisions {
 			log, err := s.Log(ctx, w.ID, 0)
-			if err != nil {
+			if errors.Is(err, core.ErrWorkspaceNotFound) {
+				continue // deleted since the list was read
+			} else if err != nil {
 				return nil, err
 			}
 			revs = revs[:0]
@@ -91,7 +94,13 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 			}
 		}
 		for _, rev := range revs {
-			if err := s.checkTree(ctx, w, rev, rep, problem, opt.Hashes, verified); err != nil {
+			err := s.checkTree(ctx, w, rev, rep, problem, opt.Hashes, verified)
+			if errors.Is(err, core.ErrWorkspaceNotFound) || errors.Is(err, core.ErrUnknownRevision) {
+				// Deleted or pruned since the list was read (a store in
+				// use: an exec's draft goes when it ends).
+				continue
+			}
+			if err != nil {
 				return nil, err
 			}
 			rep.Revisions++

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -162,6 +163,71 @@ func TestQuotaWorkspaces(t *testing.T) {
 	}
 	if _, err := cl.CreateWorkspace(ctx, "third"); err != nil {
 		t.Fatalf("create after removing the copy: %v", err)
+	}
+	checkStore(t, e.d.Store)
+}
+
+// A command that fills /workspace gets ENOSPC at its write bound (the
+// per-exec cap, then what the tenant's quota leaves), not a kill; what
+// it wrote is committed and computerd goes on answering.
+func TestExecWriteBound(t *testing.T) {
+	needExec(t)
+	e := startWith(t, daemon.Config{ExecMaxWrite: 16 << 20, Quota: fsstore.Quota{MaxBytes: 48 << 20}})
+	ctx := context.Background()
+	e.ok("ws", "create", "w")
+	fill := func(name string) (size int64, stderr string) {
+		t.Helper()
+		out, errs, code := e.exec("w", "--", "sh", "-c", "head -c 100M /dev/urandom > "+name+"; echo status $?; wc -c < "+name)
+		if code != 0 || !strings.Contains(errs, "No space left on device") || !strings.HasPrefix(out, "status 1\n") {
+			t.Fatalf("exec filling /workspace: status %d, stdout %q, stderr %q", code, out, errs)
+		}
+		st, err := e.d.Store.Workspace(ctx, "alice", "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sn, err := e.d.Store.Snapshot(ctx, st.ID, core.Head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := sn.Stat(ctx, name)
+		if err != nil {
+			t.Fatalf("what %s wrote was not committed: %v", name, err)
+		}
+		if want := strings.TrimSpace(strings.TrimPrefix(out, "status 1\n")); want != fmt.Sprint(fi.Size) {
+			t.Fatalf("%s: the command saw %s bytes, %d committed", name, want, fi.Size)
+		}
+		return fi.Size, errs
+	}
+	// The per-exec cap: 16 MiB, less the volume's own metadata.
+	if n, _ := fill("first"); n > 16<<20 || n < 12<<20 {
+		t.Fatalf("first exec wrote %d bytes, want a little under 16 MiB", n)
+	}
+	// The tenant's quota: 48 MiB, of which the first exec and a write
+	// took about 36: the next exec gets what is left, rounded down.
+	if _, err := client.New(e.d.URL(), e.token).Write(ctx, "w", "api", bytes.NewReader(randomBytes(20<<20)), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.d.Store.Usage(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 48<<20 - u.Bytes
+	if n, _ := fill("second"); n > left || n < left/2 {
+		t.Fatalf("second exec wrote %d bytes, the quota left %d", n, left)
+	}
+	// At its quota the tenant's execs still run, with writes of what is
+	// left, or a quarter MiB at least.
+	for _, name := range []string{"third", "fourth"} {
+		if u, err = e.d.Store.Usage(ctx, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		left = max(48<<20-u.Bytes, 256<<10)
+		if n, _ := fill(name); n > left {
+			t.Fatalf("%s exec wrote %d bytes, the quota left %d", name, n, left)
+		}
+	}
+	if out, _, code := e.exec("w", "--", "cat", "api"); code != 0 || len(out) != 20<<20 {
+		t.Fatalf("reading after the bound: status %d, %d bytes", code, len(out))
 	}
 	checkStore(t, e.d.Store)
 }
