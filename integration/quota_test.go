@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -229,5 +231,37 @@ func TestExecWriteBound(t *testing.T) {
 	if out, _, code := e.exec("w", "--", "cat", "api"); code != 0 || len(out) != 20<<20 {
 		t.Fatalf("reading after the bound: status %d, %d bytes", code, len(out))
 	}
+	checkStore(t, e.d.Store)
+}
+
+// shErr runs a shell command in another process and returns its combined
+// output and error.
+func shErr(script string) (string, error) {
+	out, err := exec.Command("sh", "-c", script).CombinedOutput()
+	return string(out), err
+}
+
+// Writes through a host mount that would take the tenant over its byte
+// quota fail with EDQUOT as they are made; what was written before is
+// committed, and the mount goes on working.
+func TestQuotaHostMount(t *testing.T) {
+	needExec(t)
+	e := startWith(t, daemon.Config{Quota: fsstore.Quota{MaxBytes: 4 << 20}})
+	e.ok("ws", "create", "w")
+	dir := filepath.Join(t.TempDir(), "mnt")
+	e.ok("mount", "w", dir)
+	defer e.run(nil, "umount", dir)
+	sh(t, "head -c 1M /dev/urandom > "+dir+"/small && sync "+dir+"/small")
+	out, err := shErr("head -c 8M /dev/urandom > " + dir + "/big")
+	if err == nil || !strings.Contains(out, "quota exceeded") {
+		t.Fatalf("8 MiB through the mount with 3 MiB of quota left: %v %q, want EDQUOT", err, out)
+	}
+	if got := e.tree("w")["small"]; len(got) != 1<<20 {
+		t.Fatalf("small: %d bytes committed", len(got))
+	}
+	// Uncommitted writes count until the next commit (here an fsync),
+	// even those of a file since deleted, which then never are stored.
+	sh(t, "rm -f "+dir+"/big && sync "+dir+" && echo fine > "+dir+"/after && sync "+dir+"/after")
+	eventually(t, "the write after the refusal is committed", func() bool { return e.tree("w")["after"] == "fine\n" })
 	checkStore(t, e.d.Store)
 }
