@@ -218,6 +218,20 @@ func (l *Layer) Commit(ctx context.Context) (core.Revision, bool, error) {
 	return rev, changed, err
 }
 
+// Retry commits again after a commit that failed (for want of space:
+// core.ErrNoSpace), as Commit would have; after a commit that succeeded
+// it does nothing.
+func (l *Layer) Retry(ctx context.Context) (core.Revision, bool, error) {
+	l.mu.Lock()
+	if l.committed && l.result == nil {
+		l.mu.Unlock()
+		return core.Revision{}, false, nil
+	}
+	l.committed = false
+	l.mu.Unlock()
+	return l.Commit(ctx)
+}
+
 func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 	st := l.opt.Store
 	// Whatever the command left in the page cache is the upper layer's

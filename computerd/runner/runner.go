@@ -134,6 +134,8 @@ type Runner struct {
 	// group; stop ends the execs' context (ctx), stopLoops the
 	// background loops' (loops).
 	group     *errgroup.Group
+	unsettled []*unsettled    // execs whose end is not yet fully recorded (under mu)
+	resettle  chan struct{}   // wakes settleLoop
 	ctx       context.Context
 	stop      context.CancelCauseFunc
 	loops     context.Context
@@ -304,6 +306,8 @@ func (r *Runner) Open(ctx context.Context) error {
 	r.loops, r.stopLoops = context.WithCancelCause(r.ctx)
 	r.group = &errgroup.Group{}
 	r.group.Go(func() error { r.pruneLoop(r.loops); return nil })
+	r.resettle = make(chan struct{}, 1)
+	r.group.Go(func() error { r.settleLoop(r.loops); return nil })
 	if r.Remote != nil {
 		r.group.Go(func() error { r.pushPending(r.loops); return nil })
 	}
@@ -578,40 +582,31 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	// when it ended because its context did (kill, shutdown).
 	cctx := context.WithoutCancel(ctx)
 	rev, changed, commitErr := m.Commit(cctx)
-	var conflict *fusefs.ConflictError
-	var storeConflict *core.ConflictError
-	switch {
-	case commitErr == nil && changed:
-		e.Rev = rev.Rev
-		if r.Metrics != nil {
-			r.Metrics.Committed(rev)
-		}
-	case errors.Is(commitErr, overlay.ErrKeepDraft):
-		// An executor whose home is away: the draft holds the changes
-		// until the pending-push loop delivers them.
-		e.Draft, _, _ = m.Status()
-		e.Error = commitErr.Error()
-	case errors.As(commitErr, &conflict):
-		e.KeptAs = conflict.Name
-		if m.homeKept != "" {
-			e.KeptAs = m.homeKept
-		}
-		if errors.As(commitErr, &storeConflict) {
-			e.Conflict = storeConflict.Paths
-		}
-	case commitErr != nil:
-		e.Error = "commit: " + commitErr.Error()
-	}
+	failed := r.noteCommit(&e, m, rev, changed, commitErr)
+	// A commit that failed for want of space is tried again once the
+	// exec has answered (unsettled.go); the layer keeps the writes.
+	late := failed && errors.Is(commitErr, core.ErrNoSpace)
+	var later *unsettled
 	cleanup := func() {
-		// After a failed delivery this commit fails the same way and the
-		// draft stays; otherwise there is nothing left to commit.
-		if err := m.Unmount(cctx); err != nil && commitErr == nil {
-			r.Log.Warn("unmount", "id", e.ID, "err", err)
+		if later == nil || later.layer == nil {
+			// After a failed delivery this commit fails the same way and
+			// the draft stays; otherwise there is nothing left to commit.
+			if err := m.Unmount(cctx); err != nil && commitErr == nil {
+				r.Log.Warn("unmount", "id", e.ID, "err", err)
+			}
+		}
+		if later != nil {
+			r.settleLater(later)
 		}
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
 	e.OutputTruncated = out.isTruncated()
+	if err := out.lostErr(); err != nil {
+		// The command ran on; what it printed from then on is gone.
+		e.OutputTruncated = true
+		e.Error = joinErr(e.Error, "output log: "+err.Error()+"; the output from then on was not kept")
+	}
 	if e.OutputTruncated && r.Metrics != nil {
 		r.Metrics.ExecsTruncated.Inc()
 	}
@@ -646,11 +641,55 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	if e.Draft != 0 {
 		e.State, e.PendingState = core.ExecPending, e.State
 	}
-	if err := r.Store.UpdateExec(cctx, e); err != nil {
-		r.Log.Error("journal", "id", e.ID, "err", err)
+	base := e.Error // without the commit's failure
+	switch {
+	case late:
+		e.Error = joinErr(e.Error, "commit: "+commitErr.Error()+"; its writes are kept and committed once space is freed")
+	case failed:
+		e.Error = joinErr(e.Error, "commit: "+commitErr.Error())
+	}
+	journalErr := r.Store.UpdateExec(cctx, e)
+	if journalErr != nil {
+		r.Log.Error("journal", "id", e.ID, "err", journalErr)
+	}
+	if late {
+		later = &unsettled{rec: e, base: base, layer: m}
+	} else if journalErr != nil {
+		later = &unsettled{rec: e, base: e.Error}
 	}
 	r.observe(e)
 	return e, cleanup
+}
+
+// noteCommit records in e where the commit of its layer m went, and
+// reports whether it failed for a reason other than a conflict (whose
+// changes a copy keeps) or an absent home (whose draft keeps them).
+func (r *Runner) noteCommit(e *core.Exec, m *layer, rev core.Revision, changed bool, err error) (failed bool) {
+	var conflict *fusefs.ConflictError
+	var storeConflict *core.ConflictError
+	switch {
+	case err == nil && changed:
+		e.Rev = rev.Rev
+		if r.Metrics != nil {
+			r.Metrics.Committed(rev)
+		}
+	case errors.Is(err, overlay.ErrKeepDraft):
+		// An executor whose home is away: the draft holds the changes
+		// until the pending-push loop delivers them.
+		e.Draft, _, _ = m.Status()
+		e.Error = err.Error()
+	case errors.As(err, &conflict):
+		e.KeptAs = conflict.Name
+		if m.homeKept != "" {
+			e.KeptAs = m.homeKept
+		}
+		if errors.As(err, &storeConflict) {
+			e.Conflict = storeConflict.Paths
+		}
+	case err != nil:
+		return true
+	}
+	return false
 }
 
 func joinErr(a, b string) string {
@@ -743,6 +782,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	err := group.Wait()
 	r.stop(errShutdown)
+	r.abandonUnsettled() // those of execs that ended after settleLoop did
 	if r.pool != nil {
 		err = errors.Join(err, r.pool.Close())
 	}
@@ -762,6 +802,11 @@ type outputLog struct {
 	seq  uint64
 	done bool
 	wake chan struct{} // closed and replaced on every append
+	// lost is the error of a write to the file (a full disk): from then
+	// on the file takes nothing more (it ends at its last whole event)
+	// and exit, the last event, is held here for followers.
+	lost error
+	exit *Event
 }
 
 func createOutputLog(path string, max int64) (*outputLog, error) {
@@ -781,13 +826,28 @@ func (l *outputLog) append(ev Event) {
 func (l *outputLog) appendLocked(ev Event) {
 	l.seq++
 	ev.Seq = l.seq
-	b, _ := json.Marshal(ev)
-	b = append(b, '\n')
-	if n, err := l.f.Write(b); err == nil {
-		l.size += int64(n)
+	if ev.Type == "exit" {
+		l.exit = &ev
+	}
+	if l.lost == nil {
+		b, _ := json.Marshal(ev)
+		b = append(b, '\n')
+		if n, err := l.f.Write(b); err != nil {
+			l.lost = err
+			l.f.Truncate(l.size) // no half event for a follower to choke on
+		} else {
+			l.size += int64(n)
+		}
 	}
 	close(l.wake)
 	l.wake = make(chan struct{})
+}
+
+// lostErr is the error that stopped the log's file taking events (nil: none did).
+func (l *outputLog) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
 }
 
 // output logs a piece of output while the log is under its cap. The cap
@@ -869,7 +929,7 @@ func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
 	var read int64
 	for {
 		l.mu.Lock()
-		size, done, wake := l.size, l.done, l.wake
+		size, done, wake, lost, exit := l.size, l.done, l.wake, l.lost, l.exit
 		l.mu.Unlock()
 		for read < size {
 			line, err := dec.next()
@@ -889,6 +949,9 @@ func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
 			}
 		}
 		if done {
+			if lost != nil && exit != nil {
+				return fn(*exit) // the file could not take it
+			}
 			return nil
 		}
 		select {
