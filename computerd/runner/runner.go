@@ -134,8 +134,8 @@ type Runner struct {
 	// group; stop ends the execs' context (ctx), stopLoops the
 	// background loops' (loops).
 	group     *errgroup.Group
-	unsettled []*unsettled    // execs whose end is not yet fully recorded (under mu)
-	resettle  chan struct{}   // wakes settleLoop
+	unsettled []*unsettled  // execs whose end is not yet fully recorded (under mu)
+	resettle  chan struct{} // wakes settleLoop
 	ctx       context.Context
 	stop      context.CancelCauseFunc
 	loops     context.Context
