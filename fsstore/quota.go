@@ -93,6 +93,11 @@ func (q QuotaSetting) over(def Quota) Quota {
 	return def
 }
 
+// QuotaSetting returns tenant's own quota (SetQuota).
+func (s *Store) QuotaSetting(ctx context.Context, tenant string) (QuotaSetting, error) {
+	return s.quotaSetting(ctx, s.rdb, tenant)
+}
+
 func (s *Store) quotaSetting(ctx context.Context, db rowQuerier, tenant string) (QuotaSetting, error) {
 	var set QuotaSetting
 	var b, w sql.NullInt64

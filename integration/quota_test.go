@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,9 +16,11 @@ import (
 	"testing"
 
 	"computerd/client"
+	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/daemon"
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/syncproto"
 	"computerd/wire"
 )
 
@@ -263,5 +266,72 @@ func TestQuotaHostMount(t *testing.T) {
 	// even those of a file since deleted, which then never are stored.
 	sh(t, "rm -f "+dir+"/big && sync "+dir+" && echo fine > "+dir+"/after && sync "+dir+"/after")
 	eventually(t, "the write after the refusal is committed", func() bool { return e.tree("w")["after"] == "fine\n" })
+	checkStore(t, e.d.Store)
+}
+
+// computerd runs the computerd command line and returns its stdout.
+func computerd(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errs strings.Builder
+	if err := daemoncmd.Run(context.Background(), append([]string{"computerd"}, args...), &out, &errs); err != nil {
+		t.Fatalf("computerd %s: %v\n%s", strings.Join(args, " "), err, errs.String())
+	}
+	return out.String()
+}
+
+// A tenant's own quota, set with `computerd tenant set` while the daemon
+// runs, applies at the next call; a push over it is refused like a write.
+func TestQuotaTenantSetting(t *testing.T) {
+	e := startWith(t, daemon.Config{})
+	ctx := context.Background()
+	cl := client.New(e.d.URL(), e.token)
+	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("w", "f", "x")
+	m := newMirror(t, e)
+	pulled, err := m.Pull(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	computerd(t, "tenant", "set", "--data", e.dir, "--quota-bytes", "1M", "alice")
+	_, err = cl.Write(ctx, "w", "big", bytes.NewReader(randomBytes(2<<20)), client.WriteOptions{})
+	wantQuota(t, "write over the tenant's own quota", err)
+	after, err := m.Store.Commit(ctx, pulled.Local.ID, (&core.Batch{}).WriteFile("pushed", randomBytes(2<<20), 0o644),
+		fsstore.CommitInfo{Source: core.SourceExec, Tenant: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := m.Store.Diff(ctx, pulled.Local.ID, pulled.Local.Head, after.Rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func() error {
+		_, err := m.Push(ctx, "w", pulled.Local.ID, cs, syncproto.PushHeader{PushID: "p1", Base: pulled.HomeRev})
+		return err
+	}
+	wantQuota(t, "push over the quota", push())
+	var ls []struct {
+		Tenant  string               `json:"tenant"`
+		Usage   fsstore.Usage        `json:"usage"`
+		Setting fsstore.QuotaSetting `json:"setting"`
+	}
+	if err := json.Unmarshal([]byte(computerd(t, "tenant", "ls", "--data", e.dir, "--json")), &ls); err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].Tenant != "alice" || ls[0].Usage.Bytes != 1 || ls[0].Usage.Workspaces != 1 ||
+		ls[0].Setting.MaxBytes == nil || *ls[0].Setting.MaxBytes != 1<<20 || ls[0].Setting.MaxWorkspaces != nil {
+		t.Fatalf("tenant ls: %+v", ls)
+	}
+	if out := computerd(t, "tenant", "ls", "--data", e.dir); !strings.Contains(out, "alice") || !strings.Contains(out, "1M") {
+		t.Fatalf("tenant ls:\n%s", out)
+	}
+	computerd(t, "tenant", "set", "--data", e.dir, "--quota-bytes", "default", "alice")
+	if _, err := cl.Write(ctx, "w", "big", bytes.NewReader(randomBytes(2<<20)), client.WriteOptions{}); err != nil {
+		t.Fatalf("write under the default quota again: %v", err)
+	}
+	if err := push(); err != nil {
+		t.Fatalf("push under the default quota: %v", err)
+	}
 	checkStore(t, e.d.Store)
 }
