@@ -171,7 +171,9 @@ func TestFullDisk(t *testing.T) {
 	t.Logf("%d writes of 1 MiB fit after the filler, then: %v", fit-1, werr)
 	_, err = cl.Attach(ctx, "w", bytes.NewReader(tarOf(t, "tarred", randomBytes(1<<20))), client.AttachOptions{Merge: true})
 	wantNoSpace(t, "attach", err)
-	_, err = cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"true"}}, nil)
+	// An exec, refused before it is journaled: the same key runs later.
+	check := wire.ExecRequest{Argv: []string{"sh", "-c", "wc -c < late; echo new > new"}, Key: "after-the-disk-filled"}
+	_, err = cl.Exec(ctx, "w", check, nil)
 	wantNoSpace(t, "exec", err)
 	// A push from the mirror.
 	local := pulled.Local
@@ -238,7 +240,7 @@ func TestFullDisk(t *testing.T) {
 	sh(t, "head -c 1M /dev/urandom > "+mnt+"/mounted && sync "+mnt+"/mounted")
 	eventually(t, "the exec's writes committed once space was freed", func() bool { return len(e.tree("w")["late"]) == 2<<20 })
 	var out2 strings.Builder
-	rec, err := cl.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "wc -c < late; echo new > new"}}, func(ev wire.ExecEvent) error {
+	rec, err := cl.Exec(ctx, "w", check, func(ev wire.ExecEvent) error {
 		out2.WriteString(ev.Data)
 		return nil
 	})

@@ -27,6 +27,17 @@ func (f *fixture) openBounded(t *testing.T, id string, size int64, m *loopfs.Mak
 	return l
 }
 
+// pool opens a pool keeping one volume of size, closed at cleanup, and
+// returns it and its Maker.
+func (f *fixture) pool(t *testing.T, size int64) (*loopfs.Maker, *loopfs.Pool) {
+	t.Helper()
+	m := &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}
+	p := &loopfs.Pool{Maker: m, Dir: filepath.Join(f.dir, "pool"), Size: size, Count: 1}
+	must(t, p.Open(bg))
+	t.Cleanup(func() { p.Close() })
+	return m, p
+}
+
 // writeUntilFull writes 64 KiB pieces of distinct bytes to path until a
 // write fails, and returns what it wrote and the error.
 func writeUntilFull(path string) ([]byte, error) {
@@ -84,44 +95,12 @@ func TestBoundedUpper(t *testing.T) {
 	}
 }
 
-// What a bounded layer holds when the process dies is recovered from its
-// volume, mounted again.
-func TestBoundedUpperRecover(t *testing.T) {
-	f := newFixture(t)
-	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
-	dir := filepath.Join(f.dir, "layers")
-	os.Mkdir(dir, 0o700)
-	m := &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}
-	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev,
-		Dir: filepath.Join(dir, "x9"), UpperSize: loopfs.SizeClass(4 << 20), Volumes: m,
-		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x9"}})
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "new"), []byte("kept"), 0o644))
-	// The process dies here: the overlay and its volume stay mounted.
-	// Recover unmounts both, then mounts the volume again to read it.
-	must(t, overlay.Recover(bg, f.st, f.view, dir))
-	if _, err := os.Stat(filepath.Join(dir, "x9")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("layer left after Recover: %v", err)
-	}
-	rec, err := overlay.RecoverDrafts(bg, f.st)
-	if err != nil || len(rec) != 1 || rec[0].Revision.Source != core.SourceInterrupted {
-		t.Fatalf("recover: %+v %v", rec, err)
-	}
-	sn, _ := f.st.Snapshot(bg, f.ws.ID, 0)
-	if b, err := sn.ReadFile(bg, "new"); err != nil || string(b) != "kept" {
-		t.Fatalf("interrupted write: %q %v", b, err)
-	}
-}
-
 // A pool's volume serves a layer and comes back to the pool emptied: the
 // next layer on it sees nothing of the last one's writes.
 func TestBoundedUpperRecycled(t *testing.T) {
 	f := newFixture(t)
-	m := &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}
 	size := loopfs.SizeClass(8 << 20)
-	p := &loopfs.Pool{Maker: m, Dir: filepath.Join(f.dir, "pool"), Size: size, Count: 1}
-	must(t, p.Open(bg))
-	defer p.Close()
+	m, p := f.pool(t, size)
 	waitReady := func() {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -159,11 +138,8 @@ func TestBoundedUpperRecycled(t *testing.T) {
 // only against a regression to seconds).
 func TestBoundedUpperCost(t *testing.T) {
 	f := newFixture(t)
-	m := &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}
 	size := loopfs.SizeClass(1 << 30)
-	p := &loopfs.Pool{Maker: m, Dir: filepath.Join(f.dir, "pool"), Size: size, Count: 1}
-	must(t, p.Open(bg))
-	defer p.Close()
+	m, p := f.pool(t, size)
 	const n = 10
 	for _, tc := range []struct {
 		name string

@@ -391,6 +391,18 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 			r.release(req.Tenant)
 		}
 	}()
+	// A disk too full for the exec's writes refuses it before it is
+	// journaled, so that the same request (key included) runs once there
+	// is room; a retry of one that ran still gets its result.
+	size, err := r.writeBound(ctx, req.Tenant)
+	if err != nil {
+		if req.Key != "" {
+			if rec, ferr := r.Store.ExecByKey(ctx, req.Tenant, req.Workspace.ID, req.Key); ferr == nil {
+				return rec, nil
+			}
+		}
+		return core.Exec{}, err
+	}
 	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
 		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
@@ -405,7 +417,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	}
 	// The /workspace is made before the answer, so that what keeps it
 	// from being made (a full disk) is the answer.
-	layer, err := r.openLayer(ctx, rec)
+	layer, err := r.openLayer(ctx, rec, size)
 	if err != nil {
 		out.finish(r.fail(ctx, rec, err))
 		return rec, err
@@ -525,12 +537,9 @@ func (r *Runner) observe(e core.Exec) {
 }
 
 // openLayer makes exec e's /workspace: an overlay of its base revision
-// whose upper layer is a volume of writeBound's size.
-func (r *Runner) openLayer(ctx context.Context, e core.Exec) (*layer, error) {
-	size, err := r.writeBound(ctx, e.Tenant)
-	if err != nil {
-		return nil, err
-	}
+// whose upper layer is a volume of size (writeBound's).
+func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer, error) {
+	var err error
 	l := &layer{}
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
