@@ -303,6 +303,16 @@ func MountVolume(dir string) error {
 	return Mount(filepath.Join(dir, VolumeImage), fs)
 }
 
+// Check makes and removes a volume of MinSize in dir (which must not
+// exist): whether this host can make volumes at all (mkfs.ext4, loop
+// devices, mounting ext4), said once at start-up rather than by every exec.
+func (m *Maker) Check(dir string) error {
+	if err := m.MakeVolume(dir, MinSize); err != nil {
+		return fmt.Errorf("%w (an exec's writes go to a volume: the host needs mkfs.ext4 from e2fsprogs, /dev/loop-control and ext4)", err)
+	}
+	return RemoveVolume(dir)
+}
+
 // RemoveVolume unmounts volume dir's file system and removes dir; the
 // image's blocks go back to the disk once nothing holds the file system.
 func RemoveVolume(dir string) error {

@@ -230,7 +230,7 @@ func (r *Runner) Open(ctx context.Context) error {
 	if err := CleanupMounts(r.Dir); err != nil {
 		return err
 	}
-	for _, sub := range []string{"mnt", "output", "spool", "layers", "view"} {
+	for _, sub := range []string{"mnt", "output", "spool", "layers", "view", "templates"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir, sub), 0o700); err != nil {
 			return err
 		}
@@ -288,6 +288,11 @@ func (r *Runner) Open(ctx context.Context) error {
 	}
 	r.pruneOutput()
 	r.volumes = &loopfs.Maker{Dir: filepath.Join(r.Dir, "templates")}
+	check := filepath.Join(r.Dir, "templates", "check")
+	loopfs.RemoveVolume(check) // left by a process that died checking
+	if err := r.volumes.Check(check); err != nil {
+		return fmt.Errorf("upper layer volumes: %w", err)
+	}
 	if r.Sandbox != nil {
 		// As many as warm containers, and one when there are none: the
 		// volumes of finished execs come back to it.

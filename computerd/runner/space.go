@@ -21,11 +21,15 @@ func diskReserve(size int64) int64 { return min(max(size/100, 16<<20), 1<<30) }
 // down to a loopfs.SizeClass. A tenant at its quota still gets the
 // smallest volume (loopfs.MinSize), so commands that write little (or
 // only read) still run. A disk too full for even that refuses the exec
-// with core.ErrNoSpace.
+// with core.ErrNoSpace. On an executor the quota is the home's, which
+// meters the push: the local store only mirrors.
 func (r *Runner) writeBound(ctx context.Context, tenant string) (int64, error) {
-	left, err := r.Store.Remaining(ctx, tenant)
-	if err != nil {
-		return 0, err
+	left := r.MaxWrite
+	if r.Remote == nil {
+		var err error
+		if left, err = r.Store.Remaining(ctx, tenant); err != nil {
+			return 0, err
+		}
 	}
 	free, size, err := r.Store.DiskSpace()
 	if err != nil {
