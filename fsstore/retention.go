@@ -342,5 +342,5 @@ func (s *Store) GC(ctx context.Context) (PruneStats, error) {
 	}
 	// Outside a transaction: hand freed pages back to the file system.
 	_, err = s.wconn.ExecContext(ctx, `PRAGMA incremental_vacuum`)
-	return st, wrapDB("vacuum", err)
+	return st, s.noSpace(wrapDB("vacuum", err))
 }

@@ -34,9 +34,20 @@ func start(t *testing.T, limits api.Limits) *env {
 // startWith is start with more of the daemon's config set.
 func startWith(t *testing.T, cfg daemon.Config) *env {
 	t.Helper()
-	dir := t.TempDir()
+	return startIn(t, t.TempDir(), cfg)
+}
+
+// startIn is startWith on data directory dir.
+func startIn(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
 	cfg.DataDir, cfg.Listen, cfg.MetricsListen = dir, "127.0.0.1:0", "127.0.0.1:0"
 	cfg.SandboxHelper, cfg.SandboxWarm = sandboxHelper, daemon.DefaultSandboxWarm
+	if cfg.ExecMaxWrite == 0 {
+		// Each exec's upper layer, and each one the pool keeps ready,
+		// takes this much disk while it exists: the default (4 GiB) would
+		// have every daemon of the suite take 8 GiB.
+		cfg.ExecMaxWrite = 256 << 20
+	}
 	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
