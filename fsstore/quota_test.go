@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -265,4 +266,78 @@ func TestTenants(t *testing.T) {
 	if err := s.CheckWorkspaceQuota(ctx, "alice"); err != nil {
 		t.Fatalf("alice at 1 of 10: %v", err)
 	}
+}
+
+// A metered import (attach) is refused like a metered commit: its upload
+// stops once its new bytes pass what the quota leaves, and moving the
+// stage into the workspace counts exactly, so bytes the store holds for
+// another tenant cost the importer in full. The stage is no tenant of
+// its own.
+func TestQuotaStagedImport(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	s.DefaultQuota = fsstore.Quota{MaxBytes: 100}
+	bob, err := s.CreateWorkspace(ctx, "bob", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, bob.ID, (&core.Batch{}).WriteFile("x", distinct(5, 64), 0o644), fsstore.CommitInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.CreateWorkspace(ctx, "alice", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("a", distinct(1, 48), 0o644), fsstore.CommitInfo{Metered: true}); err != nil {
+		t.Fatal(err)
+	}
+	head := w.Head + 1
+	importFile := func(name string, data []byte) (core.Revision, error) {
+		t.Helper()
+		left, err := s.Remaining(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := s.NewUploader()
+		up.Meter(left)
+		im, err := s.NewImport(ctx, w.ID, false, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer im.Close()
+		if err := im.File(ctx, name, 0o644, time.Unix(1700000000, 0), bytes.NewReader(data)); err != nil {
+			return core.Revision{}, err
+		}
+		return im.Commit(ctx, fsstore.CommitInfo{Metered: true, Message: "import"})
+	}
+	if _, err := importFile("dup", distinct(5, 64)); !errors.Is(err, core.ErrQuota) {
+		t.Fatalf("import of another tenant's 64 bytes at 48 of 100: %v, want ErrQuota", err)
+	}
+	if _, err := importFile("new", distinct(2, 64)); !errors.Is(err, core.ErrQuota) {
+		t.Fatalf("import of 64 new bytes at 48 of 100: %v, want ErrQuota", err)
+	}
+	if got, _ := s.WorkspaceByID(ctx, w.ID); got.Head != head {
+		t.Fatalf("refused imports moved the head from %d to %d", head, got.Head)
+	}
+	if got := usage(t, s, "alice"); got.Bytes != 48 {
+		t.Fatalf("refused imports left alice's usage at %d, want 48", got.Bytes)
+	}
+	if _, err := importFile("fits", distinct(3, 32)); err != nil {
+		t.Fatalf("import of 32 bytes at 48 of 100: %v", err)
+	}
+	if got := usage(t, s, "alice"); got.Bytes != 80 {
+		t.Fatalf("alice stores %d bytes after the import, want 80", got.Bytes)
+	}
+	ts, err := s.Tenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tn := range ts {
+		names = append(names, tn.Name)
+	}
+	if fmt.Sprint(names) != "[alice bob]" {
+		t.Fatalf("tenants %v, want [alice bob]", names)
+	}
+	bbCheck(t, s)
 }

@@ -447,8 +447,16 @@ func asContainerRoot(t *testing.T, ids idmap.Range, dir, script string) string {
 // the container's, what root makes is stored as owned by 0, a chown to
 // 1000 is stored as 1000, root may write a file root owns (a copy-up), an
 // id beyond the range shows as nobody; and the mount table names no
-// directory of the host.
+// directory of the host. The upper layer in the layers directory, or on
+// a volume of its own (a mount the Mounts' copy of the layers directory
+// does not show).
 func TestIDMappedLayers(t *testing.T) {
+	for _, upper := range []int64{0, loopfs.SizeClass(4 << 20)} {
+		t.Run(fmt.Sprint(upper), func(t *testing.T) { testIDMappedLayers(t, upper) })
+	}
+}
+
+func testIDMappedLayers(t *testing.T, upper int64) {
 	f := newFixture(t)
 	ids := idmap.Default
 	b := &core.Batch{}
@@ -461,7 +469,8 @@ func TestIDMappedLayers(t *testing.T) {
 	ms, err := overlay.OpenMounts(f.view.Dir(), layers, ids)
 	must(t, err)
 	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev, Mounts: ms,
-		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"}})
+		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"},
+		UpperSize: upper, Volumes: &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}})
 	must(t, err)
 	t.Cleanup(func() { l.Unmount(bg) })
 	ms.Close() // the layer keeps what it uses
