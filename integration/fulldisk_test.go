@@ -103,7 +103,7 @@ func TestFullDisk(t *testing.T) {
 	disk := smallDisk(t, 128<<20)
 	data := filepath.Join(disk, "data")
 	cfg := daemon.Config{ExecMaxWrite: 16 << 20}
-	e := startIn(t, data, cfg)
+	e := startMountsIn(t, data, cfg)
 	cl := client.New(e.d.URL(), e.token)
 	if _, err := cl.CreateWorkspace(ctx, "w"); err != nil {
 		t.Fatal(err)

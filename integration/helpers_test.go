@@ -66,7 +66,14 @@ func startIn(t *testing.T, dir string, cfg daemon.Config) *env {
 // mount root and alice's token has the mount scope.
 func startMounts(t *testing.T) *env {
 	t.Helper()
-	e := startWith(t, daemon.Config{MountRoots: []string{os.TempDir()}})
+	return startMountsIn(t, t.TempDir(), daemon.Config{})
+}
+
+// startMountsIn is startMounts with cfg on data directory dir.
+func startMountsIn(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
+	cfg.MountRoots = append(cfg.MountRoots, os.TempDir())
+	e := startIn(t, dir, cfg)
 	e.token = e.newToken("alice", fsstore.ScopeMount)
 	return e
 }

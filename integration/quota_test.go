@@ -248,7 +248,7 @@ func shErr(script string) (string, error) {
 // committed, and the mount goes on working.
 func TestQuotaHostMount(t *testing.T) {
 	needExec(t)
-	e := startWith(t, daemon.Config{Quota: fsstore.Quota{MaxBytes: 4 << 20}})
+	e := startMountsIn(t, t.TempDir(), daemon.Config{Quota: fsstore.Quota{MaxBytes: 4 << 20}})
 	e.ok("ws", "create", "w")
 	dir := filepath.Join(t.TempDir(), "mnt")
 	e.ok("mount", "w", dir)
