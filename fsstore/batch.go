@@ -65,7 +65,7 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 			}
 		}
 		var err error
-		if t, err = s.begin(ctx, ws); err != nil {
+		if t, err = s.begin(ctx, ws, info.Metered); err != nil {
 			return err
 		}
 		if info.Base != 0 && info.Base != t.rev-1 {

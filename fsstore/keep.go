@@ -54,7 +54,7 @@ func (s *Store) ApplyOrKeep(ctx context.Context, ws int64, cs *core.Changeset, i
 	var copyID int64
 	err = s.write(ctx, func() error {
 		var err error
-		if t, err = s.begin(ctx, ws); err != nil {
+		if t, err = s.begin(ctx, ws, info.Metered); err != nil {
 			return err
 		}
 		if info.Base != 0 && info.Base != t.rev-1 {
@@ -145,7 +145,7 @@ func (s *Store) keepCopy(ctx context.Context, ws int64, ops []core.Op, info Comm
 	if err != nil {
 		return nil, 0, err
 	}
-	t, err := s.begin(ctx, id)
+	t, err := s.begin(ctx, id, info.Metered)
 	if err != nil {
 		return nil, id, err
 	}

@@ -88,7 +88,7 @@ func (s *Store) CommitNodes(ctx context.Context, ws int64, ops []NodeOp, info Co
 	var t *wtx
 	err := s.inTx(ctx, func() error {
 		var err error
-		if t, err = s.begin(ctx, ws); err != nil {
+		if t, err = s.begin(ctx, ws, info.Metered); err != nil {
 			return err
 		}
 		touched := make([]core.Op, 0, len(ops))

@@ -43,7 +43,7 @@ type wtx struct {
 	lastRun  int64                          // the id after the last chunk verified alone
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
-	storedBefore    int64  // the workspace's tenant's stored bytes when the transaction began
+	storedBefore    int64  // the workspace's tenant's stored bytes when a metered transaction began
 }
 
 type extentKey struct {
@@ -159,8 +159,9 @@ func (t *wtx) resolveDir(p string) (*inode, error) {
 // movedDirs forgets cached directory paths after a directory moved or went.
 func (t *wtx) movedDirs() { clear(t.dirs) }
 
-// begin starts a revision of ws; the caller is inside s.write.
-func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
+// begin starts a revision of ws; the caller is inside s.write. A
+// metered one notes what the tenant stores before it (see checkQuota).
+func (s *Store) begin(ctx context.Context, wsID int64, metered bool) (*wtx, error) {
 	ws, err := s.workspaceInfo(ctx, s.wconn, wsID)
 	if err != nil {
 		return nil, err
@@ -181,8 +182,10 @@ func (s *Store) begin(ctx context.Context, wsID int64) (*wtx, error) {
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
-	if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
-		return nil, err
+	if metered {
+		if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }
