@@ -439,27 +439,34 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		r.fail(ctx, rec, err)
 		return rec, fmt.Errorf("exec: output log: %w", err)
 	}
-	// The /workspace is made before the answer, so that what keeps it
-	// from being made (a full disk) is the answer.
-	layer, err := r.openLayer(ctx, rec, size)
-	if err != nil {
-		out.finish(r.fail(ctx, rec, err))
-		return rec, err
-	}
 	r.mu.Lock()
 	if r.closing || r.group == nil {
 		// Close began after the check above: it waits for no exec it has
 		// not seen, so this one does not start.
 		r.mu.Unlock()
 		out.finish(r.fail(ctx, rec, errClosing))
-		layer.Unmount(context.WithoutCancel(ctx))
 		return rec, errClosing
 	}
-	admitted = false // the exec's goroutine releases it
+	// Registered from here, as its journal record says it runs: a Kill
+	// that comes while its /workspace is made ends it (its context).
 	rctx, cancel := context.WithCancelCause(r.ctx)
 	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.running[rec.ID] = ru
-	r.execs.Add(1)
+	r.execs.Add(1) // Close waits for it
+	r.mu.Unlock()
+	// The /workspace is made before the answer, so that what keeps it
+	// from being made (a full disk) is the answer.
+	layer, err := r.openLayer(ctx, rec, size)
+	if err != nil {
+		r.mu.Lock()
+		delete(r.running, rec.ID)
+		r.mu.Unlock()
+		cancel(nil)
+		out.finish(r.fail(ctx, rec, err))
+		r.execs.Done()
+		return rec, err
+	}
+	admitted = false // the exec's goroutine releases it
 	if r.Metrics != nil {
 		r.Metrics.ExecsRunning.Inc()
 	}
@@ -480,7 +487,6 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		}
 		return nil
 	})
-	r.mu.Unlock()
 	return rec, nil
 }
 
