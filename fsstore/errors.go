@@ -3,6 +3,8 @@ package fsstore
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 
 	"computerd/core"
@@ -47,6 +49,47 @@ func (s *Store) noSpace(err error) error {
 		}
 	}
 	return err
+}
+
+// The reserve is a file of reserveSize that the store keeps in its data
+// directory while the disk has room, and gives up when it opens on a full
+// disk: SQLite cannot open a database in WAL mode without a few pages free
+// (the first connection sizes its shared-memory file anew, and fails with
+// an I/O error), so the store could otherwise not start again until
+// something else freed space. It also leaves room for the first writes
+// after such a start.
+const (
+	reserveName = "reserve"
+	reserveSize = 8 << 20
+)
+
+// releaseReserve removes the reserve when the disk is nearly full.
+func (s *Store) releaseReserve() {
+	if free, _, err := s.DiskSpace(); err == nil && free < reserveSize {
+		os.Remove(filepath.Join(s.Dir, reserveName))
+	}
+}
+
+// KeepReserve makes the reserve again, if it is missing and the disk has
+// four times its size free (Open does, and each retention pass).
+func (s *Store) KeepReserve() {
+	p := filepath.Join(s.Dir, reserveName)
+	if _, err := os.Stat(p); err == nil {
+		return
+	}
+	if free, _, err := s.DiskSpace(); err != nil || free < 4*reserveSize {
+		return
+	}
+	f, err := os.OpenFile(p+".new", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return
+	}
+	err = syscall.Fallocate(int(f.Fd()), 0, 0, reserveSize)
+	if cerr := f.Close(); err == nil && cerr == nil {
+		os.Rename(p+".new", p)
+	} else {
+		os.Remove(p + ".new")
+	}
 }
 
 // DiskSpace is the space left to unprivileged users on the data

@@ -123,10 +123,16 @@ func (s *Store) Open(ctx context.Context) error {
 			return err
 		}
 	}
+	if !s.Shared {
+		s.releaseReserve()
+	}
 	if err := s.open(ctx); err != nil {
 		s.lock.unlock()
 		s.lock = nil
 		return err
+	}
+	if !s.Shared {
+		s.KeepReserve()
 	}
 	return nil
 }

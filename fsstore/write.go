@@ -51,7 +51,7 @@ type wtx struct {
 	reached map[core.Hash]int64 // reach answers so far (0: not reachable)
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
-	storedBefore    int64  // the workspace's tenant's stored bytes when the transaction began
+	storedBefore    int64  // the workspace's tenant's stored bytes when a metered transaction began
 }
 
 type extentKey struct {
@@ -168,7 +168,8 @@ func (t *wtx) resolveDir(p string) (*inode, error) {
 func (t *wtx) movedDirs() { clear(t.dirs) }
 
 // begin starts a revision of ws for a commit described by info; the
-// caller is inside s.write.
+// caller is inside s.write. A metered one notes what the tenant stores
+// before it (see checkQuota).
 func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, error) {
 	ws, err := s.workspaceInfo(ctx, s.wconn, wsID)
 	if err != nil {
@@ -190,8 +191,10 @@ func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, e
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
-	if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
-		return nil, err
+	if info.Metered {
+		if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -161,14 +162,19 @@ func TestFullDisk(t *testing.T) {
 
 	free := fillDisk(t, disk)
 
-	// API writes: a few may still fit in SQLite's WAL; then 507.
-	var werr error
-	fit := 0
-	for ; fit < 64 && werr == nil; fit++ {
-		werr = write("full-"+string(rune('a'+fit%26))+strings.Repeat("x", fit/26), randomBytes(1<<20))
+	// API writes: a few may still fit (in SQLite's WAL, in what the
+	// store's reserve gave back); then 507.
+	writeUntilFull := func(what string) {
+		t.Helper()
+		var err error
+		fit := 0
+		for ; fit < 64 && err == nil; fit++ {
+			err = write(fmt.Sprintf("%s-%d", what, fit), randomBytes(1<<20))
+		}
+		wantNoSpace(t, what, err)
+		t.Logf("%s: %d writes of 1 MiB fit, then: %v", what, fit-1, err)
 	}
-	wantNoSpace(t, "write", werr)
-	t.Logf("%d writes of 1 MiB fit after the filler, then: %v", fit-1, werr)
+	writeUntilFull("write")
 	_, err = cl.Attach(ctx, "w", bytes.NewReader(tarOf(t, "tarred", randomBytes(1<<20))), client.AttachOptions{Merge: true})
 	wantNoSpace(t, "attach", err)
 	// An exec, refused before it is journaled: the same key runs later.
@@ -254,9 +260,27 @@ func TestFullDisk(t *testing.T) {
 	checkAcked(e)
 	checkStore(t, e.d.Store)
 
+	// A restart on a full disk: computerd starts, serves what it stores,
+	// and answers writes 507 until there is room again.
+	if err := e.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	free = fillDisk(t, disk)
+	full := launch(t, data, cfg)
+	full.token = e.token
+	cl = client.New(full.d.URL(), full.token)
+	if _, err := cl.Workspaces(ctx); err != nil {
+		t.Fatalf("list after a restart on a full disk: %v", err)
+	}
+	checkAcked(full)
+	writeUntilFull("write after a restart")
+	free()
+	if err := write("restarted", randomBytes(1<<20)); err != nil {
+		t.Fatalf("write after freeing space again: %v", err)
+	}
 	// A restart finds everything acknowledged, and the store checks clean
 	// offline too.
-	if err := e.d.Close(); err != nil {
+	if err := full.d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	e2 := startIn(t, data, cfg)

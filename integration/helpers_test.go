@@ -40,6 +40,14 @@ func startWith(t *testing.T, cfg daemon.Config) *env {
 // startIn is startWith on data directory dir.
 func startIn(t *testing.T, dir string, cfg daemon.Config) *env {
 	t.Helper()
+	e := launch(t, dir, cfg)
+	e.token = e.newToken("alice")
+	return e
+}
+
+// launch starts a daemon on data directory dir, with no token made.
+func launch(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
 	cfg.DataDir, cfg.Listen, cfg.MetricsListen = dir, "127.0.0.1:0", "127.0.0.1:0"
 	cfg.SandboxHelper, cfg.SandboxWarm = sandboxHelper, daemon.DefaultSandboxWarm
 	if cfg.ExecMaxWrite == 0 {
@@ -57,9 +65,7 @@ func startIn(t *testing.T, dir string, cfg daemon.Config) *env {
 			t.Errorf("close daemon: %v", err)
 		}
 	})
-	e := &env{t: t, d: d, dir: dir}
-	e.token = e.newToken("alice")
-	return e
+	return &env{t: t, d: d, dir: dir}
 }
 
 // startMounts is start for host mounts: the temporary directory is a

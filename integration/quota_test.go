@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -202,7 +203,13 @@ func TestExecWriteBound(t *testing.T) {
 		}
 		return fi.Size, errs
 	}
-	// The per-exec cap: 16 MiB, less the volume's own metadata.
+	// The per-exec cap: 16 MiB, less the volume's own metadata; df
+	// inside shows it.
+	if out, _, code := e.exec("w", "--", "sh", "-c", "df -P -k /workspace | tail -1 | awk '{print $2}'"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("df: %q, status %d", out, code)
+	} else if kib, _ := strconv.Atoi(strings.TrimSpace(out)); kib > 16<<10 || kib < 12<<10 {
+		t.Fatalf("df /workspace says %d KiB, want about 16 MiB", kib)
+	}
 	if n, _ := fill("first"); n > 16<<20 || n < 12<<20 {
 		t.Fatalf("first exec wrote %d bytes, want a little under 16 MiB", n)
 	}

@@ -305,9 +305,14 @@ func MountVolume(dir string) error {
 
 // Check makes and removes a volume of MinSize in dir (which must not
 // exist): whether this host can make volumes at all (mkfs.ext4, loop
-// devices, mounting ext4), said once at start-up rather than by every exec.
+// devices, mounting ext4), said once at start-up rather than by every
+// exec. A disk too full to tell passes.
 func (m *Maker) Check(dir string) error {
-	if err := m.MakeVolume(dir, MinSize); err != nil {
+	err := m.MakeVolume(dir, MinSize)
+	if errors.Is(err, unix.ENOSPC) {
+		return nil // a full disk says nothing of the host; execs will say it
+	}
+	if err != nil {
 		return fmt.Errorf("%w (an exec's writes go to a volume: the host needs mkfs.ext4 from e2fsprogs, /dev/loop-control and ext4)", err)
 	}
 	return RemoveVolume(dir)

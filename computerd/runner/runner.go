@@ -257,40 +257,16 @@ func (r *Runner) Open(ctx context.Context) error {
 	if r.mounts, err = overlay.OpenMounts(r.viewPath(), filepath.Join(r.Dir, "layers"), r.Sandbox.MappedIDs()); err != nil {
 		return err
 	}
-	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); err != nil {
+	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); errors.Is(err, core.ErrNoSpace) {
+		// A full disk: the layers, drafts and records stay as they are
+		// for the next start with room (an empty draft must not go
+		// while its layer still holds the writes). Serving what is
+		// stored goes on meanwhile.
+		r.Log.Warn("the writes of interrupted execs wait in their layers for a start with room to commit them", "err", err)
+	} else if err != nil {
 		return fmt.Errorf("recover exec layers: %w", err)
-	}
-	var recovered []overlay.Recovered
-	if r.Remote != nil {
-		if err := r.recoverRemote(ctx); err != nil {
-			return fmt.Errorf("recover drafts: %w", err)
-		}
-	} else if recovered, err = overlay.RecoverDrafts(ctx, r.Store); err != nil {
-		return fmt.Errorf("recover drafts: %w", err)
-	}
-	for _, rc := range recovered {
-		r.Log.Warn("recovered the writes of an interrupted exec", "draft", rc.Draft.Label, "rev", rc.Revision.Rev, "kept", rc.Kept, "err", rc.Err)
-	}
-	stale, err := r.Store.ExecsInState(ctx, core.ExecRunning)
-	if err != nil {
+	} else if err := r.recoverExecs(ctx); err != nil {
 		return err
-	}
-	for _, e := range stale {
-		e.State, e.Ended = core.ExecInterrupted, r.Store.Now()
-		e.Error = "computerd stopped while the command ran; its writes so far were kept"
-		if rev, err := r.Store.ExecRevision(ctx, e.WS, e.ID); err == nil && rev > 0 {
-			e.Rev = rev
-		}
-		for _, rc := range recovered {
-			if rc.Draft.Label == "exec-"+e.ID && rc.Kept != "" {
-				e.KeptAs = rc.Kept
-			}
-		}
-		if err := r.Store.UpdateExec(ctx, e); err != nil {
-			return err
-		}
-		r.observe(e)
-		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
 	}
 	r.pruneOutput()
 	r.volumes = &loopfs.Maker{Dir: filepath.Join(r.Dir, "templates")}
@@ -321,6 +297,49 @@ func (r *Runner) Open(ctx context.Context) error {
 	r.group.Go(func() error { r.settleLoop(r.loops); return nil })
 	if r.Remote != nil {
 		r.group.Go(func() error { r.pushPending(r.loops); return nil })
+	}
+	return nil
+}
+
+// recoverExecs commits what the drafts of execs a previous process left
+// hold (their layers' writes, moved there by overlay.Recover), as
+// interrupted revisions (on an executor: pushes), and marks their journal
+// records interrupted.
+func (r *Runner) recoverExecs(ctx context.Context) error {
+	var recovered []overlay.Recovered
+	var err error
+	if r.Remote != nil {
+		if err := r.recoverRemote(ctx); err != nil {
+			return fmt.Errorf("recover drafts: %w", err)
+		}
+	} else if recovered, err = overlay.RecoverDrafts(ctx, r.Store); err != nil {
+		return fmt.Errorf("recover drafts: %w", err)
+	}
+	for _, rc := range recovered {
+		r.Log.Warn("recovered the writes of an interrupted exec", "draft", rc.Draft.Label, "rev", rc.Revision.Rev, "kept", rc.Kept, "err", rc.Err)
+	}
+	stale, err := r.Store.ExecsInState(ctx, core.ExecRunning)
+	if err != nil {
+		return err
+	}
+	for _, e := range stale {
+		e.State, e.Ended = core.ExecInterrupted, r.Store.Now()
+		e.Error = "computerd stopped while the command ran; its writes so far were kept"
+		if rev, err := r.Store.ExecRevision(ctx, e.WS, e.ID); err == nil && rev > 0 {
+			e.Rev = rev
+		}
+		for _, rc := range recovered {
+			if rc.Draft.Label == "exec-"+e.ID && rc.Kept != "" {
+				e.KeptAs = rc.Kept
+			}
+		}
+		if err := r.Store.UpdateExec(ctx, e); errors.Is(err, core.ErrNoSpace) {
+			r.Log.Warn("journal: an interrupted exec stays marked running until a start with room", "id", e.ID, "err", err)
+		} else if err != nil {
+			return err
+		}
+		r.observe(e)
+		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
 	}
 	return nil
 }
@@ -426,27 +445,34 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		r.fail(ctx, rec, err)
 		return rec, fmt.Errorf("exec: output log: %w", err)
 	}
-	// The /workspace is made before the answer, so that what keeps it
-	// from being made (a full disk) is the answer.
-	layer, err := r.openLayer(ctx, rec, size)
-	if err != nil {
-		out.finish(r.fail(ctx, rec, err))
-		return rec, err
-	}
 	r.mu.Lock()
 	if r.closing || r.group == nil {
 		// Close began after the check above: it waits for no exec it has
 		// not seen, so this one does not start.
 		r.mu.Unlock()
 		out.finish(r.fail(ctx, rec, errClosing))
-		layer.Unmount(context.WithoutCancel(ctx))
 		return rec, errClosing
 	}
-	admitted = false // the exec's goroutine releases it
+	// Registered from here, as its journal record says it runs: a Kill
+	// that comes while its /workspace is made ends it (its context).
 	rctx, cancel := context.WithCancelCause(r.ctx)
 	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.running[rec.ID] = ru
-	r.execs.Add(1)
+	r.execs.Add(1) // Close waits for it
+	r.mu.Unlock()
+	// The /workspace is made before the answer, so that what keeps it
+	// from being made (a full disk) is the answer.
+	layer, err := r.openLayer(ctx, rec, size)
+	if err != nil {
+		r.mu.Lock()
+		delete(r.running, rec.ID)
+		r.mu.Unlock()
+		cancel(nil)
+		out.finish(r.fail(ctx, rec, err))
+		r.execs.Done()
+		return rec, err
+	}
+	admitted = false // the exec's goroutine releases it
 	if r.Metrics != nil {
 		r.Metrics.ExecsRunning.Inc()
 	}
@@ -467,7 +493,6 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		}
 		return nil
 	})
-	r.mu.Unlock()
 	return rec, nil
 }
 
