@@ -22,6 +22,20 @@ func usage(tb testing.TB, s *fsstore.Store, tenant string) fsstore.Usage {
 	return u
 }
 
+// tenants lists the store's tenants and their names, or fails the test.
+func tenants(tb testing.TB, s *fsstore.Store) ([]fsstore.Tenant, []string) {
+	tb.Helper()
+	ts, err := s.Tenants(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var names []string
+	for _, tn := range ts {
+		names = append(names, tn.Name)
+	}
+	return ts, names
+}
+
 // distinct returns n bytes whose 16-byte chunks differ from each other
 // and from those of any other seed.
 func distinct(seed, n int) []byte {
@@ -237,14 +251,7 @@ func TestTenants(t *testing.T) {
 	if err := s.SetQuota(ctx, "no/such", fsstore.QuotaSetting{MaxWorkspaces: &two}); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Fatalf("bad tenant name: %v", err)
 	}
-	ts, err := s.Tenants(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tn := range ts {
-		names = append(names, tn.Name)
-	}
+	ts, names := tenants(t, s)
 	if fmt.Sprint(names) != "[alice bob carol]" {
 		t.Fatalf("tenants %v", names)
 	}
@@ -328,15 +335,7 @@ func TestQuotaStagedImport(t *testing.T) {
 	if got := usage(t, s, "alice"); got.Bytes != 80 {
 		t.Fatalf("alice stores %d bytes after the import, want 80", got.Bytes)
 	}
-	ts, err := s.Tenants(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tn := range ts {
-		names = append(names, tn.Name)
-	}
-	if fmt.Sprint(names) != "[alice bob]" {
+	if _, names := tenants(t, s); fmt.Sprint(names) != "[alice bob]" {
 		t.Fatalf("tenants %v, want [alice bob]", names)
 	}
 	bbCheck(t, s)
