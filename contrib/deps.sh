@@ -2,7 +2,7 @@
 # Installs what the tests and the demo call that a fresh Debian machine with
 # Go and gcc may lack (as root, through apt-get). Does nothing when all is there.
 set -euo pipefail
-declare -A pkg=([git]=git [python3]=python3 [pgrep]=procps [tar]=tar [make]=make [gcc]=gcc [mount]=mount)
+declare -A pkg=([git]=git [python3]=python3 [pgrep]=procps [tar]=tar [make]=make [gcc]=gcc [mount]=mount [mkfs.ext4]=e2fsprogs)
 missing=()
 for tool in "${!pkg[@]}"; do
 	command -v "$tool" >/dev/null 2>&1 || missing+=("${pkg[$tool]}")

@@ -23,6 +23,7 @@ rules=$(cat <<RULES
 ./tools           | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./mcpserver       | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./computerd/...   | ^$cli
+./computerd/loopfs | ^computerd/
 RULES
 )
 

@@ -44,6 +44,13 @@ var (
 	// ErrForbidden: the caller's token is good but may not do this (it
 	// lacks the scope, or the operator's configuration does not allow it).
 	ErrForbidden = errors.New("forbidden")
+	// ErrQuota: the change would take the tenant over one of its quotas
+	// (bytes stored, number of workspaces); nothing was written.
+	ErrQuota = errors.New("quota exceeded")
+	// ErrNoSpace: the data directory's file system is full (ENOSPC, or
+	// SQLite's SQLITE_FULL); nothing was written, and the same request
+	// succeeds once space is freed.
+	ErrNoSpace = errors.New("no space left on device")
 )
 
 // PathError records the operation and path that failed.

@@ -38,6 +38,10 @@ type Uploader struct {
 	known  map[core.Hash]int64 // row ids of the chunks PutChunk stored
 	held   map[int64]struct{}  // chunks this Uploader holds a lease on, guarded by Store.wmu
 	closed bool
+	// metered, budget: see Meter; added is what the written chunks new
+	// to the store came to.
+	metered       bool
+	budget, added int64
 }
 
 // lease is what keeps a chunk that no committed row names yet from GC:
@@ -68,6 +72,7 @@ type upload struct {
 	chunks []pendingChunk
 	arena  []byte
 	ids    []int64
+	added  int64 // bytes of the chunks the store did not hold
 	err    error
 	done   chan struct{}
 }
@@ -165,7 +170,7 @@ func (u *Uploader) start(ctx context.Context) error {
 	s := u.s
 	go func() { // joined by the next wait
 		defer close(f.done)
-		f.ids, f.err = s.writeChunks(ctx, f.chunks, u)
+		f.ids, f.added, f.err = s.writeChunks(ctx, f.chunks, u)
 	}()
 	return nil
 }
@@ -183,6 +188,10 @@ func (u *Uploader) wait() error {
 		return f.err
 	}
 	u.noteIDs(f.chunks, f.ids)
+	u.added += f.added
+	if err := u.overBudget(); err != nil {
+		return err
+	}
 	if cap(f.arena) == uploadBatch+int(u.s.chunkSize) {
 		u.spare = f.arena // nothing refers to its bytes any more
 	}
@@ -248,44 +257,49 @@ func (u *Uploader) Flush(ctx context.Context) error {
 	if len(u.pending) == 0 {
 		return nil
 	}
-	ids, err := u.s.writeChunks(ctx, u.pending, u)
+	ids, added, err := u.s.writeChunks(ctx, u.pending, u)
 	if err != nil {
 		return err
 	}
 	u.noteIDs(u.pending, ids)
 	clear(u.pending)
 	u.pending, u.size, u.arena = u.pending[:0], 0, u.arena[:0]
-	return nil
+	u.added += added
+	return u.overBudget()
 }
 
 // writeChunks stores chunks in one transaction, leases them (with a hold
-// of holder's, if not nil), and returns their row ids.
-func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk, holder *Uploader) ([]int64, error) {
+// of holder's, if not nil), and returns their row ids and the bytes of
+// those the store did not hold before.
+func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk, holder *Uploader) ([]int64, int64, error) {
 	if s.Shared {
-		return nil, errShared
+		return nil, 0, errShared
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed {
-		return nil, core.ErrClosed
+		return nil, 0, core.ErrClosed
 	}
 	ids := make([]int64, 0, len(chunks))
-	var content int64
+	var content, added int64
 	for _, p := range chunks {
 		content += int64(len(p.data))
 	}
 	err := s.inTxSized(ctx, content, func() error {
 		for _, p := range chunks {
-			id, err := putChunk(ctx, s.wq, p.hash, p.data)
+			id, fresh, err := putChunk(ctx, s.wq, p.hash, p.data)
 			if err != nil {
 				return err
+			}
+			if fresh {
+				added += int64(len(p.data))
 			}
 			ids = append(ids, id)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	exp := time.Now().Add(s.LeaseTime)
 	for _, id := range ids {
@@ -302,7 +316,7 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk, holder *
 		}
 		s.leases[id] = l
 	}
-	return ids, nil
+	return ids, added, nil
 }
 
 // Close waits for the batch in flight and ends this Uploader's holds on

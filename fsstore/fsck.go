@@ -3,6 +3,7 @@ package fsstore
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 
 	"computerd/core"
@@ -25,8 +26,8 @@ type CheckOptions struct {
 	Hashes bool
 }
 
-// Check verifies the database (PRAGMA integrity_check and foreign keys) and
-// the trees: every entry resolves to a live inode of its type, directories
+// Check verifies the database (PRAGMA integrity_check and foreign keys),
+// the tenants' usage (recounted from the rows), and the trees: every entry resolves to a live inode of its type, directories
 // know their parent, link counts match the entries, no file has chunks past
 // its end, only devices have device numbers (ones Linux can hold), and
 // every chunk is no longer than the chunk size.
@@ -70,6 +71,9 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 	if big > 0 {
 		problem("%d chunks longer than the chunk size or than their data", big)
 	}
+	if err := s.checkUsage(ctx, problem); err != nil {
+		return nil, err
+	}
 	wss, err := s.Workspaces(ctx, "")
 	if err != nil {
 		return nil, err
@@ -80,7 +84,9 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 		revs := []int64{w.Head}
 		if opt.AllRevisions {
 			log, err := s.Log(ctx, w.ID, 0)
-			if err != nil {
+			if errors.Is(err, core.ErrWorkspaceNotFound) {
+				continue // deleted since the list was read
+			} else if err != nil {
 				return nil, err
 			}
 			revs = revs[:0]
@@ -89,7 +95,13 @@ func (s *Store) Check(ctx context.Context, opt CheckOptions) (*CheckReport, erro
 			}
 		}
 		for _, rev := range revs {
-			if err := s.checkTree(ctx, w, rev, rep, problem, opt.Hashes, verified); err != nil {
+			err := s.checkTree(ctx, w, rev, rep, problem, opt.Hashes, verified)
+			if errors.Is(err, core.ErrWorkspaceNotFound) || errors.Is(err, core.ErrUnknownRevision) {
+				// Deleted or pruned since the list was read (a store in
+				// use: an exec's draft goes when it ends).
+				continue
+			}
+			if err != nil {
 				return nil, err
 			}
 			rep.Revisions++
@@ -218,4 +230,52 @@ func (s *Store) checkTree(ctx context.Context, w core.Workspace, rev int64, rep 
 		}
 	}
 	return nil
+}
+
+// checkUsage recounts what every tenant stores from the extent rows and
+// compares it with what the triggers kept (tenant_chunks, tenant_usage).
+func (s *Store) checkUsage(ctx context.Context, problem func(string, ...any)) error {
+	rows, err := s.rdb.QueryContext(ctx, `
+		WITH want AS (
+			SELECT CASE WHEN substr(w.tenant, 1, 7) = '~draft~' THEN substr(w.tenant, 8) ELSE w.tenant END AS tenant, e.chunk, count(*) AS refs
+			FROM extents e JOIN workspaces w ON w.id = e.ws WHERE e.chunk IS NOT NULL GROUP BY 1, 2),
+		wrong AS (
+			SELECT * FROM (SELECT tenant, chunk, refs FROM want EXCEPT SELECT tenant, chunk, refs FROM tenant_chunks)
+			UNION SELECT * FROM (SELECT tenant, chunk, refs FROM tenant_chunks EXCEPT SELECT tenant, chunk, refs FROM want))
+		SELECT tenant, count(*) FROM wrong GROUP BY tenant`)
+	if err != nil {
+		return wrapDB("check usage", err)
+	}
+	for rows.Next() {
+		var tenant string
+		var n int
+		if err := rows.Scan(&tenant, &n); err != nil {
+			rows.Close()
+			return wrapDB("check usage", err)
+		}
+		problem("usage of %s: %d chunks counted with the wrong references", tenant, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrapDB("check usage", err)
+	}
+	rows, err = s.rdb.QueryContext(ctx, `
+		WITH want AS (SELECT t.tenant, sum(c.size) AS bytes, count(*) AS chunks FROM tenant_chunks t JOIN chunks c ON c.id = t.chunk GROUP BY 1)
+		SELECT n.tenant, COALESCE(u.bytes, 0), COALESCE(u.chunks, 0), COALESCE(w.bytes, 0), COALESCE(w.chunks, 0)
+		FROM (SELECT tenant FROM want UNION SELECT tenant FROM tenant_usage) n
+		LEFT JOIN tenant_usage u ON u.tenant = n.tenant LEFT JOIN want w ON w.tenant = n.tenant
+		WHERE COALESCE(u.bytes, 0) != COALESCE(w.bytes, 0) OR COALESCE(u.chunks, 0) != COALESCE(w.chunks, 0)`)
+	if err != nil {
+		return wrapDB("check usage", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tenant string
+		var bytes, chunks, wantBytes, wantChunks int64
+		if err := rows.Scan(&tenant, &bytes, &chunks, &wantBytes, &wantChunks); err != nil {
+			return wrapDB("check usage", err)
+		}
+		problem("usage of %s: %d bytes in %d chunks recorded, %d in %d counted", tenant, bytes, chunks, wantBytes, wantChunks)
+	}
+	return wrapDB("check usage", rows.Err())
 }

@@ -63,7 +63,12 @@ const importTenantPrefix = "~import~"
 
 // NewImport starts an import into ws. With replace, the workspace's current
 // tree is removed first, so the revision holds exactly what was imported.
-func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import, error) {
+// File contents go through up (nil: a new Uploader), which the Import's
+// Close closes, as NewImport does when it fails.
+func (s *Store) NewImport(ctx context.Context, ws int64, replace bool, up *Uploader) (*Import, error) {
+	if up == nil {
+		up = s.NewUploader()
+	}
 	var stage int64
 	err := s.write(ctx, func() error {
 		w, err := s.liveWorkspace(ctx, s.wconn, ws)
@@ -77,9 +82,10 @@ func (s *Store) NewImport(ctx context.Context, ws int64, replace bool) (*Import,
 		return err
 	})
 	if err != nil {
+		up.Close()
 		return nil, err
 	}
-	im := &Import{s: s, ws: ws, stage: stage, up: s.NewUploader(), added: map[string]bool{}, dirs: map[string]bool{"": true}, empty: replace}
+	im := &Import{s: s, ws: ws, stage: stage, up: up, added: map[string]bool{}, dirs: map[string]bool{"": true}, empty: replace}
 	if im.times, err = os.CreateTemp(s.Dir, "import-times-*"); err != nil {
 		im.Close()
 		return nil, fmt.Errorf("import: %w", err)
@@ -372,7 +378,7 @@ func (im *Import) Close() error {
 // ImportDir imports the local directory dir (without following symlinks)
 // into ws as one revision.
 func (s *Store) ImportDir(ctx context.Context, ws int64, dir string, replace bool, info CommitInfo, progress func(int, int64)) (core.Revision, error) {
-	im, err := s.NewImport(ctx, ws, replace)
+	im, err := s.NewImport(ctx, ws, replace, nil)
 	if err != nil {
 		return core.Revision{}, err
 	}

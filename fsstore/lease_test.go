@@ -187,7 +187,7 @@ func TestLeaseImportRacesGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := s.NewImport(ctx, w.ID, true)
+	im, err := s.NewImport(ctx, w.ID, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

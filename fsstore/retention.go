@@ -140,6 +140,7 @@ func (s *Store) Prune(ctx context.Context, ws int64, p Policy) (PruneStats, erro
 // and goes as a whole once they are. A workspace deleted meanwhile is
 // skipped.
 func (s *Store) Retain(ctx context.Context, p Policy) (PruneStats, error) {
+	defer s.KeepReserve() // GC may have made room for it
 	var total PruneStats
 	if p != (Policy{}) {
 		wss, err := s.Workspaces(ctx, "")
@@ -342,5 +343,5 @@ func (s *Store) GC(ctx context.Context) (PruneStats, error) {
 	}
 	// Outside a transaction: hand freed pages back to the file system.
 	_, err = s.wconn.ExecContext(ctx, `PRAGMA incremental_vacuum`)
-	return st, wrapDB("vacuum", err)
+	return st, s.noSpace(wrapDB("vacuum", err))
 }

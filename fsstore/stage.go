@@ -33,7 +33,7 @@ func (s *Store) commitStage(ctx context.Context, ws, stage int64, info CommitInf
 		if err != nil {
 			return err
 		}
-		if t, err = s.begin(ctx, ws, CommitInfo{}); err != nil {
+		if t, err = s.begin(ctx, ws, CommitInfo{Metered: info.Metered}); err != nil {
 			return err
 		}
 		if head := t.rev - 1; head != st.BaseRev {

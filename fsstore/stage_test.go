@@ -51,7 +51,7 @@ type entry struct{ path, content string }
 func runImport(t *testing.T, s *fsstore.Store, ws int64, replace bool, entries []entry) (core.Revision, error) {
 	t.Helper()
 	ctx := context.Background()
-	im, err := s.NewImport(ctx, ws, replace)
+	im, err := s.NewImport(ctx, ws, replace, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestImportConflictAndCut(t *testing.T) {
 		return rep.Workspaces
 	}
 	n := workspaces()
-	im, err := s.NewImport(ctx, w.ID, true)
+	im, err := s.NewImport(ctx, w.ID, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestImportConflictAndCut(t *testing.T) {
 		t.Fatalf("%d workspaces after the refused import, want %d", got, n)
 	}
 	// Cut: the store closes under an import, as a crash would leave it.
-	im, err = s.NewImport(ctx, w.ID, true)
+	im, err = s.NewImport(ctx, w.ID, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

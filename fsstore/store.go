@@ -72,6 +72,9 @@ type Store struct {
 	// OnCommit, if set, is called after each Commit or Apply of a workspace
 	// (not CommitNodes, whose caller knows). It must not block.
 	OnCommit func(ws int64, rev core.Revision)
+	// DefaultQuota is the quota of every tenant without one of its own
+	// (SetQuota); the zero Quota sets no limit.
+	DefaultQuota Quota
 
 	chunkSize int64
 	wdb       *sql.DB // one connection, for the single writer
@@ -120,10 +123,16 @@ func (s *Store) Open(ctx context.Context) error {
 			return err
 		}
 	}
+	if !s.Shared {
+		s.releaseReserve()
+	}
 	if err := s.open(ctx); err != nil {
 		s.lock.unlock()
 		s.lock = nil
 		return err
+	}
+	if !s.Shared {
+		s.KeepReserve()
 	}
 	return nil
 }
@@ -349,13 +358,14 @@ func (s *Store) inTx(ctx context.Context, fn func() error) error {
 // chunks, which the checkpointer counts.
 func (s *Store) inTxSized(ctx context.Context, content int64, fn func() error) (err error) {
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return s.noSpace(fmt.Errorf("begin: %w", err))
 	}
 	defer func() {
 		if err != nil {
 			// Roll back with a context that cannot be cancelled: a half-open
 			// transaction would block every later writer.
 			s.wconn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			err = s.noSpace(err)
 		}
 	}()
 	if err = fn(); err != nil {

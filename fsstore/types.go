@@ -32,4 +32,12 @@ type CommitInfo struct {
 	// carried (nil: it carried none); it counts only with Confine, and
 	// must be flushed before the commit.
 	Sent *Uploader
+	// Metered makes the commit fail with core.ErrQuota when it adds to
+	// what the workspace's tenant stores and leaves it over the tenant's
+	// byte quota (Store.QuotaOf). API mutations and pushes are metered;
+	// the commits of writes a command or a mount already accepted (execs,
+	// mounts, their conflict and interrupted copies) are not, since
+	// refusing them would lose those writes: their writes are bounded as
+	// they are made instead.
+	Metered bool
 }

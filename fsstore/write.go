@@ -51,6 +51,7 @@ type wtx struct {
 	reached map[core.Hash]int64 // reach answers so far (0: not reachable)
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
+	storedBefore    int64  // the workspace's tenant's stored bytes when a metered transaction began
 }
 
 type extentKey struct {
@@ -167,7 +168,8 @@ func (t *wtx) resolveDir(p string) (*inode, error) {
 func (t *wtx) movedDirs() { clear(t.dirs) }
 
 // begin starts a revision of ws for a commit described by info; the
-// caller is inside s.write.
+// caller is inside s.write. A metered one notes what the tenant stores
+// before it (see checkQuota).
 func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, error) {
 	ws, err := s.workspaceInfo(ctx, s.wconn, wsID)
 	if err != nil {
@@ -189,6 +191,11 @@ func (s *Store) begin(ctx context.Context, wsID int64, info CommitInfo) (*wtx, e
 	if t.v, err = s.newView(ctx, s.wq, s.wconn, ws, t.rev); err != nil {
 		return nil, err
 	}
+	if info.Metered {
+		if t.storedBefore, err = t.storedBytes(owner(ws.tenant)); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -204,6 +211,9 @@ func (t *wtx) finish(info CommitInfo) error {
 		return err
 	}
 	if err := t.insertUnsaved(); err != nil {
+		return err
+	}
+	if err := t.checkQuota(info, t.storedBefore); err != nil {
 		return err
 	}
 	if info.Tenant == "" {
@@ -610,7 +620,7 @@ func (t *wtx) flushEntries() error {
 // request, or from the tenant's own file.
 func (t *wtx) putChunk(data []byte) (int64, error) {
 	h := core.Hash(sha256.Sum256(data))
-	id, err := putChunk(t.ctx, t.q, h, data)
+	id, _, err := putChunk(t.ctx, t.q, h, data)
 	if err == nil && t.confine {
 		if t.written == nil {
 			t.written = map[core.Hash]bool{}
@@ -620,18 +630,21 @@ func (t *wtx) putChunk(data []byte) (int64, error) {
 	return id, err
 }
 
-func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, error) {
+// putChunk stores a chunk and returns its row id, and whether the store
+// did not hold it before.
+func putChunk(ctx context.Context, q *queries, h core.Hash, data []byte) (int64, bool, error) {
 	var id, size int64
 	res, err := q.insChunk.ExecContext(ctx, h[:], len(data), data)
 	if err != nil {
-		return 0, wrapDB("store chunk", err)
+		return 0, false, wrapDB("store chunk", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		// Already there.
 		err = q.chunkByHash.QueryRowContext(ctx, h[:]).Scan(&id, &size)
-		return id, wrapDB("find chunk", err)
+		return id, false, wrapDB("find chunk", err)
 	}
-	return res.LastInsertId()
+	id, err = res.LastInsertId()
+	return id, true, err
 }
 
 // chunkID finds the row of a chunk named in a changeset.

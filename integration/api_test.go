@@ -14,7 +14,9 @@ import (
 	"testing"
 
 	"computerd/computerd/api"
+	"computerd/computerd/daemon"
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -233,7 +235,7 @@ func TestAttachExport(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	e := start(t, api.Limits{MaxUpload: 1 << 20, MaxJSONBody: 4 << 10, MaxWorkspaces: 2})
+	e := startWith(t, daemon.Config{Limits: api.Limits{MaxUpload: 1 << 20, MaxJSONBody: 4 << 10}, Quota: fsstore.Quota{MaxWorkspaces: 2}})
 	e.ok("ws", "create", "w")
 	e.write("w", "f", "data")
 
@@ -265,8 +267,8 @@ func TestErrors(t *testing.T) {
 	}
 	// Workspace limit.
 	e.ok("ws", "create", "second")
-	e.fails("w", "the limit is 2", "ws", "create", "third")
-	e.fails("w", "the limit is 2", "ws", "fork", "w", "third")
+	e.fails("w", "its quota is 2", "ws", "create", "third")
+	e.fails("w", "its quota is 2", "ws", "fork", "w", "third")
 	// A write based on a stale revision conflicts and keeps the head's version.
 	base := e.head("w")
 	e.write("w", "f", "newer")

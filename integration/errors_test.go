@@ -17,6 +17,7 @@ import (
 	"computerd/computerd/api"
 	"computerd/computerd/daemon"
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -25,7 +26,7 @@ import (
 // promises and an error that errors.Is the store's own sentinel.
 func TestErrorKinds(t *testing.T) {
 	// Short HTTP timeouts, so a stalled upload is cut in seconds.
-	e := startWith(t, daemon.Config{Limits: api.Limits{MaxJSONBody: 4 << 10, MaxWorkspaces: 2}, HTTP: short})
+	e := startWith(t, daemon.Config{Limits: api.Limits{MaxJSONBody: 4 << 10}, Quota: fsstore.Quota{MaxWorkspaces: 2}, HTTP: short})
 	ctx := context.Background()
 	cl := client.New(e.d.URL(), e.token)
 	e.ok("ws", "create", "w")
@@ -113,13 +114,13 @@ func TestErrorKinds(t *testing.T) {
 			_, err := cl.Mount(ctx, "w", e.t.TempDir())
 			return err
 		}, "forbidden", http.StatusForbidden, core.ErrForbidden},
-		{"limit_exceeded", func() error {
+		{"quota_exceeded", func() error {
 			if _, err := cl.CreateWorkspace(ctx, "second"); err != nil {
 				return err
 			}
 			_, err := cl.CreateWorkspace(ctx, "third")
 			return err
-		}, "limit_exceeded", http.StatusForbidden, wire.ErrLimit},
+		}, "quota_exceeded", http.StatusForbidden, core.ErrQuota},
 		{"unavailable", func() error {
 			_, err := client.New(bare.URL, e.token).Exec(ctx, "w", wire.ExecRequest{Argv: []string{"true"}}, nil)
 			return err
@@ -158,9 +159,10 @@ func TestErrorKinds(t *testing.T) {
 	t.Run("every kind is covered", func(t *testing.T) {
 		covered := []string{"not_found", "exists", "not_dir", "is_dir", "not_empty", "invalid_path", "invalid", "conflict",
 			"too_large", "unknown_revision", "workspace_not_found", "workspace_exists", "missing_chunk", "unauthorized",
-			"forbidden", "limit_exceeded", "unavailable", "internal",
+			"forbidden", "quota_exceeded", "unavailable", "internal",
 			"timeout",
-			"busy"} // busy: TestExecBusy (exec_limits_test.go)
+			"busy",     // TestExecBusy (exec_limits_test.go)
+			"no_space"} // TestFullDisk (fulldisk_test.go)
 		for _, k := range wire.Kinds() {
 			if !slices.Contains(covered, k.Code) {
 				t.Errorf("no request provokes %s here", k.Code)

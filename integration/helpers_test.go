@@ -34,9 +34,28 @@ func start(t *testing.T, limits api.Limits) *env {
 // startWith is start with more of the daemon's config set.
 func startWith(t *testing.T, cfg daemon.Config) *env {
 	t.Helper()
-	dir := t.TempDir()
+	return startIn(t, t.TempDir(), cfg)
+}
+
+// startIn is startWith on data directory dir.
+func startIn(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
+	e := launch(t, dir, cfg)
+	e.token = e.newToken("alice")
+	return e
+}
+
+// launch starts a daemon on data directory dir, with no token made.
+func launch(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
 	cfg.DataDir, cfg.Listen, cfg.MetricsListen = dir, "127.0.0.1:0", "127.0.0.1:0"
 	cfg.SandboxHelper, cfg.SandboxWarm = sandboxHelper, daemon.DefaultSandboxWarm
+	if cfg.ExecMaxWrite == 0 {
+		// Each exec's upper layer, and each one the pool keeps ready,
+		// takes this much disk while it exists: the default (4 GiB) would
+		// have every daemon of the suite take 8 GiB.
+		cfg.ExecMaxWrite = 256 << 20
+	}
 	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,16 +65,21 @@ func startWith(t *testing.T, cfg daemon.Config) *env {
 			t.Errorf("close daemon: %v", err)
 		}
 	})
-	e := &env{t: t, d: d, dir: dir}
-	e.token = e.newToken("alice")
-	return e
+	return &env{t: t, d: d, dir: dir}
 }
 
 // startMounts is start for host mounts: the temporary directory is a
 // mount root and alice's token has the mount scope.
 func startMounts(t *testing.T) *env {
 	t.Helper()
-	e := startWith(t, daemon.Config{MountRoots: []string{os.TempDir()}})
+	return startMountsIn(t, t.TempDir(), daemon.Config{})
+}
+
+// startMountsIn is startMounts with cfg on data directory dir.
+func startMountsIn(t *testing.T, dir string, cfg daemon.Config) *env {
+	t.Helper()
+	cfg.MountRoots = append(cfg.MountRoots, os.TempDir())
+	e := startIn(t, dir, cfg)
 	e.token = e.newToken("alice", fsstore.ScopeMount)
 	return e
 }

@@ -1,11 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -190,12 +188,12 @@ func TestMountNeedsScope(t *testing.T) {
 	e.ok("umount", dir)
 }
 
-// computerd runs the computerd command line and returns its output.
+// computerd runs the computerd command line and returns its stdout.
 func computerd(t *testing.T, args ...string) string {
 	t.Helper()
-	var out bytes.Buffer
-	if err := daemoncmd.Run(context.Background(), append([]string{"computerd"}, args...), &out, io.Discard); err != nil {
-		t.Fatalf("computerd %s: %v", strings.Join(args, " "), err)
+	var out, errs strings.Builder
+	if err := daemoncmd.Run(context.Background(), append([]string{"computerd"}, args...), &out, &errs); err != nil {
+		t.Fatalf("computerd %s: %v\n%s", strings.Join(args, " "), err, errs.String())
 	}
 	return out.String()
 }

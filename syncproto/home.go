@@ -343,8 +343,13 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	default:
 		return PushResult{}, fmt.Errorf("%w: push source %q", ErrMalformed, hdr.Source)
 	}
+	left, err := h.Store.Remaining(ctx, tenant)
+	if err != nil {
+		return PushResult{}, err
+	}
 	up := h.Store.NewUploader()
 	defer up.Close() // the pushed chunks stay safe from GC until the push is applied
+	up.Meter(left)
 	var nchunks int
 	var nbytes int64
 	var cs *Received
@@ -389,7 +394,7 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	// left to the pusher: an executor would need the API (and two more
 	// round trips that a crash could split) to fork and push again.
 	res, err := h.Store.ApplyOrKeepPacked(ctx, ws.ID, cs.From, cs.Ops, fsstore.CommitInfo{
-		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message,
+		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message, Metered: true,
 		// A hash is no key to the home's chunks: the changeset may name
 		// only those the push sent or the tenant's workspaces hold.
 		Confine: true, Sent: up,
@@ -409,9 +414,12 @@ func ConflictCopyName(ws, pushID string) string {
 }
 
 // storeChunk stores one received chunk; the decoder has checked its hash.
+// A chunk the store refuses is malformed; any other failure (the quota, a
+// full disk, one of the batch before) is the store's.
 func storeChunk(ctx context.Context, up *fsstore.Uploader, hash core.Hash, data []byte) error {
-	if err := up.PutChunk(ctx, hash, data); err != nil {
+	err := up.PutChunk(ctx, hash, data)
+	if errors.Is(err, core.ErrInvalidArgument) {
 		return fmt.Errorf("%w: chunk %s: %w", ErrMalformed, hash, err)
 	}
-	return nil
+	return err
 }

@@ -112,6 +112,8 @@ func codeOfStatus(status int) string {
 		return CodeTimeout
 	case http.StatusTooManyRequests:
 		return CodeBusy
+	case http.StatusInsufficientStorage:
+		return CodeNoSpace
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return CodeUnavailable
 	}

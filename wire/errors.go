@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"syscall"
 	"time"
 
 	"computerd/core"
@@ -17,8 +18,6 @@ var (
 	// ErrTimeout: the request's body stopped arriving, or arrived too
 	// slowly, and the server cut it; nothing was committed.
 	ErrTimeout = errors.New("timeout")
-	// ErrLimit: the tenant is at a quota (its number of workspaces).
-	ErrLimit = errors.New("limit exceeded")
 	// ErrBusy: the server is at a concurrency limit (running execs, per
 	// tenant or in total); the same request may succeed after Retry-After.
 	ErrBusy = errors.New("busy")
@@ -45,7 +44,8 @@ const (
 	CodeMissingChunk      = "missing_chunk"
 	CodeUnauthorized      = "unauthorized"
 	CodeForbidden         = "forbidden"
-	CodeLimit             = "limit_exceeded"
+	CodeQuota             = "quota_exceeded"
+	CodeNoSpace           = "no_space"
 	CodeBusy              = "busy"
 	CodeTimeout           = "timeout"
 	CodeUnavailable       = "unavailable"
@@ -77,7 +77,8 @@ var kinds = []Kind{
 	{CodeInvalid, http.StatusBadRequest, core.ErrInvalidArgument},
 	{CodeUnauthorized, http.StatusUnauthorized, core.ErrBadToken},
 	{CodeForbidden, http.StatusForbidden, core.ErrForbidden},
-	{CodeLimit, http.StatusForbidden, ErrLimit},
+	{CodeQuota, http.StatusForbidden, core.ErrQuota},
+	{CodeNoSpace, http.StatusInsufficientStorage, core.ErrNoSpace},
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, ErrTooLarge},
 	{CodeBusy, http.StatusTooManyRequests, ErrBusy},
 	{CodeTimeout, http.StatusRequestTimeout, ErrTimeout},
@@ -96,7 +97,8 @@ func Kinds() []Kind { return append([]Kind(nil), kinds...) }
 // KindOf classifies err by the table; an error of no kind is internal.
 // A few errors of other packages count too: a closed store and a
 // cancelled request are unavailable, a body over http.MaxBytesReader's
-// limit too large, and a *Error keeps the kind of its code.
+// limit too large, a file system out of space or quota (ENOSPC, EDQUOT)
+// no_space, and a *Error keeps the kind of its code.
 func KindOf(err error) Kind {
 	var mbe *http.MaxBytesError
 	switch {
@@ -104,6 +106,8 @@ func KindOf(err error) Kind {
 		return kindOf(CodeTooLarge)
 	case errors.Is(err, core.ErrClosed), errors.Is(err, context.Canceled):
 		return kindOf(CodeUnavailable)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return kindOf(CodeNoSpace)
 	}
 	for _, k := range kinds {
 		if errors.Is(err, k.Err) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +49,8 @@ func TestKindOfOthers(t *testing.T) {
 		{"max bytes", &http.MaxBytesError{Limit: 1}, wire.CodeTooLarge},
 		{"conflict error", &core.ConflictError{Paths: []string{"a"}}, wire.CodeConflict},
 		{"workspace not found before not found", fmt.Errorf("%w: %w", core.ErrNotFound, core.ErrWorkspaceNotFound), wire.CodeWorkspaceNotFound},
+		{"file system full", &os.PathError{Op: "write", Path: "f", Err: syscall.ENOSPC}, wire.CodeNoSpace},
+		{"file system quota", fmt.Errorf("spool: %w", syscall.EDQUOT), wire.CodeNoSpace},
 		{"plain", errors.New("disk on fire"), wire.CodeInternal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

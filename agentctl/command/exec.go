@@ -33,28 +33,16 @@ func execCommands() []*cli.Command {
 	}
 }
 
-// parseSize reads sizes like 512M, 2G, 1048576.
+// parseSize reads sizes like 512M, 2G, 1048576 (empty: none given).
 func parseSize(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	mult := int64(1)
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
+	n, err := core.ParseSize(s)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("size %q: want more than 0", s)
 	}
-	if mult > 1 {
-		s = s[:len(s)-1]
-	}
-	var n int64
-	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional K, M or G", s)
-	}
-	return n * mult, nil
+	return n, err
 }
 
 func execCmd(c *cli.Context) error {

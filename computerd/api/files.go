@@ -138,7 +138,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	// An Uploader held across the commit keeps GC off the new chunks until
 	// it lands, even when another writer commits (and prunes) the same
 	// content first.
-	up := s.Store.NewUploader()
+	up, err := s.meteredUploader(r)
+	if err != nil {
+		drain(r.Body)
+		return err
+	}
 	defer up.Close()
 	content, err := up.Put(r.Context(), http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload))
 	if err == nil {

@@ -34,9 +34,6 @@ type Limits struct {
 	// MaxUpload bounds streamed bodies: file writes and attach (default
 	// DefaultMaxUpload).
 	MaxUpload int64
-	// MaxWorkspaces bounds the live workspaces of one tenant (default
-	// DefaultMaxWorkspaces).
-	MaxWorkspaces int
 	// MaxEditSize bounds the files edit reads whole and the files it
 	// would write (default DefaultMaxEditSize).
 	MaxEditSize int64
@@ -44,10 +41,9 @@ type Limits struct {
 
 // Defaults of Limits (computerd serve's flags name them too).
 const (
-	DefaultMaxJSONBody   = 8 << 20
-	DefaultMaxUpload     = 8 << 30
-	DefaultMaxWorkspaces = 1000
-	DefaultMaxEditSize   = 64 << 20
+	DefaultMaxJSONBody = 8 << 20
+	DefaultMaxUpload   = 8 << 30
+	DefaultMaxEditSize = 64 << 20
 )
 
 func (l *Limits) defaults() {
@@ -56,9 +52,6 @@ func (l *Limits) defaults() {
 	}
 	if l.MaxUpload <= 0 {
 		l.MaxUpload = DefaultMaxUpload
-	}
-	if l.MaxWorkspaces <= 0 {
-		l.MaxWorkspaces = DefaultMaxWorkspaces
 	}
 	if l.MaxEditSize <= 0 {
 		l.MaxEditSize = DefaultMaxEditSize
@@ -384,10 +377,22 @@ func (s *Server) snapshot(r *http.Request) (*fsstore.Snapshot, error) {
 }
 
 // commitInfo is the record of an API mutation by the caller, with the
-// request's idempotency key.
+// request's idempotency key; it is metered against the tenant's quota.
 func commitInfo(r *http.Request, base int64, message string) fsstore.CommitInfo {
 	return fsstore.CommitInfo{Source: core.SourceAPI, Tenant: tenantOf(r.Context()), Base: base, Message: message,
-		Key: r.Header.Get(wire.HeaderIdempotencyKey)}
+		Key: r.Header.Get(wire.HeaderIdempotencyKey), Metered: true}
+}
+
+// meteredUploader is an Uploader for the caller's bytes that stops once
+// they would take the tenant over its byte quota (see Uploader.Meter).
+func (s *Server) meteredUploader(r *http.Request) (*fsstore.Uploader, error) {
+	left, err := s.Store.Remaining(r.Context(), tenantOf(r.Context()))
+	if err != nil {
+		return nil, err
+	}
+	up := s.Store.NewUploader()
+	up.Meter(left)
+	return up, nil
 }
 
 // maxKeyLen bounds an idempotency key, for mutations and execs alike.

@@ -132,7 +132,11 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		in = &ratioReader{r: zr, packed: packed}
 	}
 	ctx := r.Context()
-	im, err := s.Store.NewImport(ctx, ws.ID, !boolParam(r, "merge"))
+	up, err := s.meteredUploader(r)
+	if err != nil {
+		return err
+	}
+	im, err := s.Store.NewImport(ctx, ws.ID, !boolParam(r, "merge"), up)
 	if err != nil {
 		return err
 	}

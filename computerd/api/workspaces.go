@@ -25,16 +25,9 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, list)
 }
 
-// checkQuota refuses a new workspace when the tenant has MaxWorkspaces already.
+// checkQuota refuses a new workspace when the tenant has as many as its quota allows.
 func (s *Server) checkQuota(r *http.Request) error {
-	list, err := s.Store.Workspaces(r.Context(), tenantOf(r.Context()))
-	if err != nil {
-		return err
-	}
-	if len(list) >= s.Limits.MaxWorkspaces {
-		return failure(wire.ErrLimit, "tenant has %d workspaces, the limit is %d: remove one first", len(list), s.Limits.MaxWorkspaces)
-	}
-	return nil
+	return s.Store.CheckWorkspaceQuota(r.Context(), tenantOf(r.Context()))
 }
 
 func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {

@@ -42,7 +42,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
-		Commands:             []*cli.Command{serveCommand(), tokenCommand(), storeCommand()},
+		Commands:             []*cli.Command{serveCommand(), tokenCommand(), tenantCommand(), storeCommand()},
 	}
 	return app.RunContext(ctx, args)
 }

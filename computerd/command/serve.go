@@ -32,7 +32,8 @@ func serveCommand() *cli.Command {
 			dataFlag,
 			&cli.StringFlag{Name: "listen", Usage: "API address", Value: daemon.DefaultListen, EnvVars: []string{"COMPUTERD_LISTEN"}},
 			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: daemon.DefaultMetricsListen, EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
-			&cli.IntFlag{Name: "max-workspaces", Usage: "live workspaces per tenant", Value: api.DefaultMaxWorkspaces},
+			&cli.Int64Flag{Name: "max-workspaces", Usage: "live workspaces per tenant, conflict and interrupted copies included (0: no limit; computerd tenant set gives a tenant its own)", Value: daemon.DefaultMaxWorkspaces},
+			&cli.StringFlag{Name: "quota-bytes", Usage: "bytes one tenant may store, history, forks and copies included, each distinct chunk counted once (0: no limit; computerd tenant set gives a tenant its own); suffixes K, M, G, T (powers of 1024)", Value: core.FormatSize(daemon.DefaultQuotaBytes)},
 			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: api.DefaultMaxJSONBody},
 			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: api.DefaultMaxUpload},
 			&cli.DurationFlag{Name: "http-read-header-timeout", Usage: "longest time to read a request's header", Value: daemon.DefaultHTTPReadHeaderTimeout},
@@ -60,6 +61,7 @@ func serveCommand() *cli.Command {
 			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (the default is the host's count)", Value: daemon.DefaultExecMaxCPUs()},
 			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
+			&cli.StringFlag{Name: "exec-max-write", Usage: "bytes one exec may write to /workspace before its writes fail with ENOSPC (less when its tenant's --quota-bytes or the disk leave less); suffixes K, M, G, T", Value: core.FormatSize(daemon.DefaultExecMaxWrite)},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it", idmap.DefaultSize-1, idmap.DefaultSize-1), Value: idmap.DefaultBase},
@@ -116,6 +118,14 @@ func serve(c *cli.Context) error {
 	if r := c.Int64("http-body-min-rate"); r <= 0 {
 		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
 	}
+	quota, err := serveQuota(c)
+	if err != nil {
+		return err
+	}
+	maxWrite, err := core.ParseSize(c.String("exec-max-write"))
+	if err != nil || maxWrite == 0 {
+		return fmt.Errorf("--exec-max-write %q: want a size above 0 (%v)", c.String("exec-max-write"), err)
+	}
 	var homeToken string
 	if c.String("home") != "" {
 		if homeToken, err = wire.ReadToken(c.String("token-file")); err != nil {
@@ -125,6 +135,7 @@ func serve(c *cli.Context) error {
 	// Nothing computerd starts needs the token: it stays in this process.
 	os.Unsetenv(wire.TokenEnv)
 	d, err := daemon.Start(c.Context, daemon.Config{
+		Quota:            quota,
 		DataDir:          c.String("data"),
 		Listen:           c.String("listen"),
 		MetricsListen:    c.String("metrics-listen"),
@@ -143,6 +154,7 @@ func serve(c *cli.Context) error {
 		ExecMaxPerTenant: c.Int("exec-max-per-tenant"),
 		ExecMaxTotal:     c.Int("exec-max-total"),
 		ExecMaxOutput:    c.Int64("exec-max-output"),
+		ExecMaxWrite:     maxWrite,
 		SandboxHelper:    helper,
 		SandboxWarm:      c.Int("sandbox-warm"),
 		SandboxIDs:       ids,
@@ -156,9 +168,8 @@ func serve(c *cli.Context) error {
 			Write:       c.Duration("http-write-timeout"),
 		},
 		Limits: api.Limits{
-			MaxJSONBody:   c.Int64("max-body"),
-			MaxUpload:     c.Int64("max-upload"),
-			MaxWorkspaces: c.Int("max-workspaces"),
+			MaxJSONBody: c.Int64("max-body"),
+			MaxUpload:   c.Int64("max-upload"),
 		},
 	})
 	if err != nil {
@@ -249,6 +260,25 @@ func tokenCommand() *cli.Command {
 // tokenValueFlag is the --token that no command takes any more (see
 // wire.ErrTokenOnCommandLine): given, it is refused with the way to go.
 var tokenValueFlag = &cli.StringFlag{Name: "token", Hidden: true}
+
+// serveQuota reads --quota-bytes and --max-workspaces, where 0 is no limit.
+func serveQuota(c *cli.Context) (fsstore.Quota, error) {
+	bytes, err := core.ParseSize(c.String("quota-bytes"))
+	if err != nil {
+		return fsstore.Quota{}, fmt.Errorf("--quota-bytes: %w", err)
+	}
+	n := c.Int64("max-workspaces")
+	if n < 0 {
+		return fsstore.Quota{}, fmt.Errorf("--max-workspaces %d: want 0 (no limit) or more", n)
+	}
+	noLimit := func(v int64) int64 {
+		if v == 0 {
+			return -1 // daemon.Config's "no limit"
+		}
+		return v
+	}
+	return fsstore.Quota{MaxBytes: noLimit(bytes), MaxWorkspaces: noLimit(n)}, nil
+}
 
 // defaultShutdownGrace is --shutdown-grace's default.
 const defaultShutdownGrace = 30 * time.Second

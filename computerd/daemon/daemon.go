@@ -38,6 +38,10 @@ type Config struct {
 	MetricsListen string
 	// Limits bound callers (zero values take the API's defaults).
 	Limits api.Limits
+	// Quota is every tenant's quota unless `computerd tenant set` gave it
+	// one of its own: zero fields take DefaultQuotaBytes and
+	// DefaultMaxWorkspaces, negative ones set no limit.
+	Quota fsstore.Quota
 	// HTTP bounds how long a connection to the API or metrics server may
 	// wait on its client (zero fields take the defaults of HTTPTimeouts).
 	HTTP HTTPTimeouts
@@ -72,6 +76,10 @@ type Config struct {
 	// ExecMaxOutput bounds each exec's stored output log, bytes
 	// (0: DefaultExecMaxOutput).
 	ExecMaxOutput int64
+	// ExecMaxWrite bounds what each exec may write to /workspace, bytes
+	// (0: DefaultExecMaxWrite); the tenant's byte quota and the disk's
+	// free space may bound it further.
+	ExecMaxWrite int64
 	// Retention is the policy by which the daemon prunes old revisions
 	// (serve's default: fsstore.DefaultPolicy; the zero Policy keeps all).
 	Retention fsstore.Policy
@@ -102,6 +110,13 @@ const (
 	DefaultMetricsListen = "127.0.0.1:7778"
 	// DefaultSandboxWarm is computerd serve's --sandbox-warm.
 	DefaultSandboxWarm = 2
+	// DefaultQuotaBytes bounds what one tenant stores, history included
+	// (--quota-bytes): room for many large repositories and their
+	// revisions, while one tenant cannot take a whole disk from others.
+	DefaultQuotaBytes = 100 << 30
+	// DefaultMaxWorkspaces bounds a tenant's live workspaces, conflict
+	// and interrupted copies included (--max-workspaces).
+	DefaultMaxWorkspaces = 1000
 	// DefaultExecTimeout is the timeout of an exec that names none.
 	DefaultExecTimeout = runner.DefaultTimeout
 	// The exec ceilings and bounds; runner.Runner's defaults say why these.
@@ -111,6 +126,7 @@ const (
 	DefaultExecMaxPerTenant = runner.MaxPerTenant
 	DefaultExecMaxTotal     = runner.MaxTotal
 	DefaultExecMaxOutput    = runner.MaxOutput
+	DefaultExecMaxWrite     = runner.MaxWrite
 )
 
 // DefaultExecMaxCPUs is the CPU ceiling of an exec: the host's CPUs.
@@ -190,6 +206,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	d.Store = fsstore.New(cfg.DataDir)
 	d.Store.SyncFull = cfg.SyncFull
 	d.Store.Owner = "computerd serve" // the store's lock names its holder
+	d.Store.DefaultQuota = quotaOf(cfg.Quota)
 	if cfg.Home != "" {
 		if d.remote, err = newExecutor(ctx, *cfg, d.Store); err != nil {
 			return err
@@ -252,6 +269,21 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	return nil
 }
 
+// quotaOf is the store's default quota for a Config's: zero fields take
+// the defaults, negative ones (no limit) become the store's zero.
+func quotaOf(q fsstore.Quota) fsstore.Quota {
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return fsstore.Quota{MaxBytes: pick(q.MaxBytes, DefaultQuotaBytes), MaxWorkspaces: pick(q.MaxWorkspaces, DefaultMaxWorkspaces)}
+}
+
 // SandboxStateDir is where a daemon on dataDir keeps its containers'
 // state (sandbox.Manager.StateDir). After a computerd killed with SIGKILL
 // that is not started again, a Manager on it can Sweep what was left.
@@ -282,6 +314,7 @@ func (d *Daemon) openRunner(ctx context.Context) error {
 		Dir: runDir(d.cfg.DataDir), DefaultTimeout: d.cfg.ExecTimeout,
 		MaxTimeout: d.cfg.ExecMaxTimeout, MaxLimits: d.cfg.ExecMaxLimits,
 		MaxPerTenant: d.cfg.ExecMaxPerTenant, MaxTotal: d.cfg.ExecMaxTotal, MaxOutput: d.cfg.ExecMaxOutput,
+		MaxWrite: d.cfg.ExecMaxWrite,
 	}
 	if d.remote != nil {
 		d.Runner.Remote = d.remote.runner()

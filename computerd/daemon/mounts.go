@@ -214,6 +214,8 @@ func (ms *mounts) mount(tenant string, ws core.Workspace, dir string, at *fusefs
 		Store: ms.store, Workspace: ws.ID, At: at,
 		Info:     fsstore.CommitInfo{Source: core.SourceMount, Tenant: tenant, Message: "mount " + dir},
 		SpoolDir: ms.spoolDir(),
+		// The tenant's byte quota binds its writes as they are made.
+		Remaining: func(ctx context.Context) (int64, error) { return ms.store.Remaining(ctx, tenant) },
 		// Its own commits reach the workspace's other mounts; itself it
 		// leaves alone (a refresh would commit its pending writes early).
 		OnCommit: func(r core.Revision) { ms.metrics.Committed(r); ms.changedBy(ws.ID, dir) },

@@ -61,6 +61,12 @@ type Options struct {
 	// and removed through it, not through dir's path. Open takes it over
 	// (closes it when the mount ends, or when Open fails).
 	At *MountPoint
+	// Remaining, if set, says how many bytes the workspace's tenant may
+	// still add to what it stores (fsstore.Store.Remaining): a write that
+	// would take the mount's uncommitted bytes past it fails with EDQUOT,
+	// since the mount's commits, of writes already answered, are not
+	// refused. It is asked when the mount opens and after each commit.
+	Remaining func(context.Context) (int64, error)
 }
 
 // Errors.
@@ -126,6 +132,8 @@ type Mount struct {
 	nextChunk  int
 	closed     bool
 	lastErr    error // of the last commit made by the quiet timer
+	left       int64 // Remaining's answer at the last commit
+	written    int64 // bytes written since the last commit
 
 }
 
@@ -193,6 +201,7 @@ func (m *Mount) open(dir string) error {
 		return fmt.Errorf("fusefs: root: %w", err)
 	}
 	root.lookups = 1
+	m.refreshQuota(ctx)
 	if m.spool, err = newSpool(m.opt.SpoolDir, m.chunk); err != nil {
 		return err
 	}
@@ -522,8 +531,34 @@ func (m *Mount) flush(ctx context.Context) (core.Revision, bool, []notice, error
 	}
 	m.base = rev.Rev
 	m.settle(snap)
+	m.refreshQuota(ctx)
 	m.mu.Unlock()
 	return rev, true, notes, nil
+}
+
+// refreshQuota asks Options.Remaining again (keeping the last answer if
+// it fails). m.mu is held, or the mount is not serving yet.
+func (m *Mount) refreshQuota(ctx context.Context) {
+	if m.opt.Remaining == nil {
+		return
+	}
+	if left, err := m.opt.Remaining(ctx); err == nil {
+		m.left = left
+	}
+}
+
+// checkQuota fails with core.ErrQuota when n more bytes of uncommitted
+// writes would take the tenant past what it may still store. m.mu is held.
+func (m *Mount) checkQuota(n int64) error {
+	if m.opt.Remaining == nil {
+		return nil
+	}
+	// At most what was written, and at most the chunks it dirtied.
+	pending := min(m.written, int64(m.spool.inUse-m.cacheSlots)*m.chunk)
+	if pending+n > m.left {
+		return fmt.Errorf("fusefs: %d bytes not yet committed, %d more, over the %d the tenant's quota leaves: %w", pending, n, max(m.left, 0), core.ErrQuota)
+	}
+	return nil
 }
 
 // record appends a namespace op to the log, with the inodes it concerns.
@@ -646,6 +681,7 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 	clear(m.touched)
 	m.log, m.logInos = m.log[:0], m.logInos[:0]
 	m.dirtySince = time.Time{}
+	m.written = 0
 	for ino, n := range m.nodes {
 		if n.nlink > 0 {
 			n.file = nil // read from the new snapshot

@@ -49,6 +49,10 @@ func errno(err error) fuse.Status {
 		return fuse.EINVAL
 	case errors.Is(err, core.ErrUnknownRevision):
 		return fuse.Status(syscall.ESTALE)
+	case errors.Is(err, core.ErrNoSpace):
+		return fuse.Status(syscall.ENOSPC)
+	case errors.Is(err, core.ErrQuota):
+		return fuse.Status(syscall.EDQUOT)
 	}
 	return fuse.EIO
 }
@@ -751,9 +755,13 @@ func (f *fsys) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, 
 	if int64(in.Offset) > core.MaxFileSize-int64(len(data)) {
 		return 0, fuse.Status(syscall.EFBIG)
 	}
+	if err := m.checkQuota(int64(len(data))); err != nil {
+		return 0, errno(err)
+	}
 	if err := m.write(n, data, int64(in.Offset)); err != nil {
 		return 0, errno(err)
 	}
+	m.written += int64(len(data))
 	m.kick()
 	return uint32(len(data)), fuse.OK
 }

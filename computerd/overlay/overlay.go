@@ -1,12 +1,14 @@
 // Package overlay gives an exec its /workspace: a kernel overlayfs whose
 // lower layer is the exec's base revision in the daemon's revision view
 // (fusefs.View, whose caches outlive every exec) and whose upper layer is
-// a directory on local disk that takes the exec's writes at disk speed.
-// When the command ends, what the upper layer holds becomes one changeset
-// (changes.go), committed as one revision of the workspace. The upper
-// layer outlives a crash of computerd or of the container; Recover turns
-// what it holds into the exec's draft, which the runner then commits as an
-// interrupted revision.
+// a directory on local disk that takes the exec's writes at disk speed:
+// on a volume of its own (computerd/loopfs) when the exec's writes are
+// bounded, so that a command that fills it gets ENOSPC. When the command
+// ends, what the upper layer holds becomes one changeset (changes.go),
+// committed as one revision of the workspace. The upper layer outlives a
+// crash of computerd or of the container; Recover turns what it holds
+// into the exec's draft, which the runner then commits as an interrupted
+// revision.
 package overlay
 
 import (
@@ -24,6 +26,7 @@ import (
 
 	"computerd/computerd/fusefs"
 	"computerd/computerd/idmap"
+	"computerd/computerd/loopfs"
 	"computerd/computerd/mountinfo"
 	"computerd/core"
 	"computerd/fsstore"
@@ -48,6 +51,13 @@ type Options struct {
 	// a container with their ids expects them, for a sandbox.Spec with
 	// WorkspaceMapped. Nil: the layers as they are.
 	Mounts *Mounts
+	// UpperSize, if positive, bounds what the exec may write: the upper
+	// layer and overlayfs's work directory are on a volume of that size
+	// (a loopfs.SizeClass), made by Volumes or taken from Pool (which may
+	// be nil). Zero puts them in Dir, on the disk beneath, unbounded.
+	UpperSize int64
+	Volumes   *loopfs.Maker
+	Pool      *loopfs.Pool
 	// Info is the template of the exec's commit (Source exec, tenant, exec id, message).
 	Info fsstore.CommitInfo
 	// Deliver, if set, replaces committing the changeset to the workspace
@@ -55,6 +65,9 @@ type Options struct {
 	// keeps the changes in the draft for a later delivery.
 	Deliver func(ctx context.Context, draft fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error)
 }
+
+// recordName is the file in a layer's directory that describes it.
+const recordName = "layer.json"
 
 // record is what a layer's directory says of it, for Recover.
 type record struct {
@@ -102,29 +115,40 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 		return nil, fmt.Errorf("overlay: draft of %s: %w", ws.Name, err)
 	}
 	l = &Layer{opt: opt, ws: ws, base: base, draft: draft, target: draft.ID}
+	made := false
 	defer func() {
 		if err != nil {
 			if l.release != nil {
 				l.release()
 			}
 			unix.Unmount(l.Mountpoint(), unix.MNT_DETACH)
-			os.RemoveAll(opt.Dir)
+			if made {
+				loopfs.RemoveVolume(opt.Dir)
+			}
 			opt.Store.DeleteWorkspace(context.WithoutCancel(ctx), draft.ID)
 		}
 	}()
 	if l.lower, l.release, err = opt.View.Acquire(ctx, ws.ID, base); err != nil {
 		return nil, fmt.Errorf("overlay: view of %s@%d: %w", ws.Name, base, err)
 	}
-	if err := os.Mkdir(opt.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("overlay: %w", err)
+	switch {
+	case opt.UpperSize <= 0:
+		err = os.Mkdir(opt.Dir, 0o700)
+	case opt.Pool.Take(opt.Dir, opt.UpperSize):
+	default:
+		err = opt.Volumes.MakeVolume(opt.Dir, opt.UpperSize)
 	}
-	for _, sub := range []string{"upper", "work", "mnt"} {
-		if err := os.Mkdir(filepath.Join(opt.Dir, sub), 0o755); err != nil {
+	if err != nil {
+		return nil, fmt.Errorf("overlay: upper layer of %d bytes: %w", opt.UpperSize, err)
+	}
+	made = true
+	for _, sub := range []string{upperDir(opt.Dir), workDir(opt.Dir), l.Mountpoint()} {
+		if err := os.Mkdir(sub, 0o755); err != nil {
 			return nil, fmt.Errorf("overlay: %w", err)
 		}
 	}
 	rec, _ := json.Marshal(record{Workspace: ws.ID, Base: base, Draft: draft.ID, Label: label})
-	if err := writeFileSync(filepath.Join(opt.Dir, "layer.json"), rec); err != nil {
+	if err := writeFileSync(filepath.Join(opt.Dir, recordName), rec); err != nil {
 		return nil, fmt.Errorf("overlay: %w", err)
 	}
 	if err := mount(l.lower, opt.Dir, opt.Mounts); err != nil {
@@ -150,6 +174,21 @@ func safeLabel(s string) string {
 	}
 	return string(b)
 }
+
+// upperRoot is the directory of layer dir that holds the upper layer and
+// the work directory: the layer's volume, or dir itself.
+func upperRoot(dir string) string {
+	if loopfs.IsVolume(dir) {
+		return filepath.Join(dir, loopfs.VolumeFS)
+	}
+	return dir
+}
+
+func upperDir(dir string) string { return filepath.Join(upperRoot(dir), "upper") }
+func workDir(dir string) string  { return filepath.Join(upperRoot(dir), "work") }
+
+// removeLayer removes layer dir, whose overlay is unmounted.
+func removeLayer(dir string) error { return loopfs.RemoveVolume(dir) }
 
 // Mounts are what every exec's overlay is made from: detached copies
 // (open_tree) of the mount of the revision view and of the mount of the
@@ -230,14 +269,30 @@ func mount(lower, dir string, ms *Mounts) error {
 			return err
 		}
 		defer unix.Close(lowerTree)
-		layerTree, err := detachedCopy(dir, -1)
+		layerTree, err := detachedCopy(upperRoot(dir), -1)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(layerTree)
-		ms = &Mounts{viewDir: lower, layersDir: dir, view: lowerTree, layers: layerTree}
+		ms = &Mounts{viewDir: lower, layersDir: upperRoot(dir), view: lowerTree, layers: layerTree}
 	} else {
 		ids = ms.ids
+		if loopfs.IsVolume(dir) {
+			// The layer's volume is a mount of its own, made after ms's
+			// copy of the layers directory (which does not show it): its
+			// upper and work directories are given through an idmapped
+			// copy of the volume's mount.
+			ns, err := ids.Userns()
+			if err != nil {
+				return fmt.Errorf("overlay: %w", err)
+			}
+			volumeTree, err := detachedCopy(upperRoot(dir), int(ns.Fd()))
+			if err != nil {
+				return err
+			}
+			defer unix.Close(volumeTree)
+			ms = &Mounts{ids: ids, viewDir: ms.viewDir, view: ms.view, layersDir: upperRoot(dir), layers: volumeTree}
+		}
 	}
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
@@ -245,7 +300,7 @@ func mount(lower, dir string, ms *Mounts) error {
 	}
 	defer unix.Close(fsfd)
 	for _, layer := range []struct{ key, path string }{
-		{"lowerdir+", lower}, {"upperdir", filepath.Join(dir, "upper")}, {"workdir", filepath.Join(dir, "work")},
+		{"lowerdir+", lower}, {"upperdir", upperDir(dir)}, {"workdir", workDir(dir)},
 	} {
 		tree, under := ms.layers, ms.layersDir
 		if layer.key == "lowerdir+" {
@@ -358,13 +413,27 @@ func (l *Layer) Commit(ctx context.Context) (core.Revision, bool, error) {
 	return rev, changed, err
 }
 
+// Retry commits again after a commit that failed (for want of space:
+// core.ErrNoSpace), as Commit would have; after a commit that succeeded
+// it does nothing.
+func (l *Layer) Retry(ctx context.Context) (core.Revision, bool, error) {
+	l.mu.Lock()
+	if l.committed && l.result == nil {
+		l.mu.Unlock()
+		return core.Revision{}, false, nil
+	}
+	l.committed = false
+	l.mu.Unlock()
+	return l.Commit(ctx)
+}
+
 func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 	st := l.opt.Store
 	// Whatever the command left in the page cache is the upper layer's
 	// already; reading it back needs no sync.
 	up := st.NewUploader()
 	defer up.Close()
-	cs, err := Changes(ctx, filepath.Join(l.opt.Dir, "upper"), l.lower, up)
+	cs, err := Changes(ctx, upperDir(l.opt.Dir), l.lower, up)
 	if err != nil {
 		return core.Revision{}, false, fmt.Errorf("overlay: read the exec's changes: %w", err)
 	}
@@ -442,15 +511,21 @@ func (l *Layer) Unmount(ctx context.Context) error {
 	l.mu.Unlock()
 	if cerr != nil && !keep && !errors.As(cerr, new(*fusefs.ConflictError)) {
 		// The commit failed for another reason: the upper layer is all
-		// that holds the changes. Leave it for Recover at the next start.
+		// that holds the changes. Leave it for Recover (its volume
+		// unmounted; Recover mounts it again).
+		if uerr := loopfs.Unmount(filepath.Join(l.opt.Dir, loopfs.VolumeFS)); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
 		return errors.Join(cerr, err)
 	}
 	// The record goes first: a removal cut short (SIGKILL) never leaves a
 	// record whose upper layer is gone in part.
-	if rerr := os.Remove(filepath.Join(l.opt.Dir, "layer.json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+	if rerr := os.Remove(filepath.Join(l.opt.Dir, recordName)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	if rerr := os.RemoveAll(l.opt.Dir); rerr != nil {
+	if l.recycle() {
+		// Its volume went back to the pool.
+	} else if rerr := removeLayer(l.opt.Dir); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	if !keep {
@@ -459,6 +534,31 @@ func (l *Layer) Unmount(ctx context.Context) error {
 		}
 	}
 	return errors.Join(cerr, err)
+}
+
+// recycleFiles is how many files and directories an upper layer may hold
+// and still be emptied for the next exec: beyond it, removing them costs
+// more than a new volume.
+const recycleFiles = 1000
+
+// recycle empties the layer's volume and gives it back to the pool, once
+// its overlay is unmounted and its changes committed; it reports whether
+// it did (otherwise the layer is to be removed).
+func (l *Layer) recycle() bool {
+	dir := l.opt.Dir
+	if l.opt.Pool == nil || !loopfs.IsVolume(dir) {
+		return false
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(upperRoot(dir), &st) != nil || st.Files-st.Ffree > recycleFiles {
+		return false
+	}
+	for _, p := range []string{upperDir(dir), workDir(dir), l.Mountpoint(), filepath.Join(dir, recordName)} {
+		if err := os.RemoveAll(p); err != nil {
+			return false
+		}
+	}
+	return l.opt.Pool.Put(dir, l.opt.UpperSize)
 }
 
 // CleanupStale detaches the overlays of the layers under dir (the parent
@@ -480,10 +580,12 @@ func CleanupStale(dir string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		mnt := filepath.Join(dir, e.Name(), "mnt")
-		if points[mnt] {
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-				errs = append(errs, fmt.Errorf("overlay: unmount stale %s: %w", mnt, err))
+		// The overlay first, then the volume beneath it.
+		for _, mnt := range []string{filepath.Join(dir, e.Name(), "mnt"), filepath.Join(dir, e.Name(), loopfs.VolumeFS)} {
+			if points[mnt] {
+				if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+					errs = append(errs, fmt.Errorf("overlay: unmount stale %s: %w", mnt, err))
+				}
 			}
 		}
 	}
@@ -513,7 +615,7 @@ func Recover(ctx context.Context, st *fsstore.Store, view *fusefs.View, dir stri
 			errs = append(errs, fmt.Errorf("overlay: recover %s: %w", ld, err))
 			continue
 		}
-		if err := os.RemoveAll(ld); err != nil {
+		if err := removeLayer(ld); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -521,7 +623,7 @@ func Recover(ctx context.Context, st *fsstore.Store, view *fusefs.View, dir stri
 }
 
 func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld string) error {
-	b, err := os.ReadFile(filepath.Join(ld, "layer.json"))
+	b, err := os.ReadFile(filepath.Join(ld, recordName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // Open died before the mount: nothing was written
 	} else if err != nil {
@@ -540,7 +642,12 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld 
 	if d.Head != 1 {
 		return nil // the draft already holds the changes
 	}
-	if _, err := os.Stat(filepath.Join(ld, "upper")); errors.Is(err, os.ErrNotExist) {
+	if loopfs.IsVolume(ld) {
+		if err := loopfs.MountVolume(ld); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(upperDir(ld)); errors.Is(err, os.ErrNotExist) {
 		return nil // a removal cut short, by a build that removed the record last: the layer was done with
 	}
 	lower, release, err := view.Acquire(ctx, rec.Workspace, rec.Base)
@@ -550,7 +657,7 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld 
 	defer release()
 	up := st.NewUploader()
 	defer up.Close()
-	cs, err := Changes(ctx, filepath.Join(ld, "upper"), lower, up)
+	cs, err := Changes(ctx, upperDir(ld), lower, up)
 	if err != nil || len(cs.Ops) == 0 {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"computerd/computerd/fusefs"
 	"computerd/computerd/fusefs/treetest"
 	"computerd/computerd/idmap"
+	"computerd/computerd/loopfs"
 	"computerd/computerd/overlay"
 	"computerd/core"
 	"computerd/fsstore"
@@ -295,16 +296,26 @@ func testConflict(t *testing.T, name string) {
 
 // TestRecover: what a layer held when its process died reaches the
 // exec's draft, and fusefs.Recover commits it as an interrupted revision.
+// The upper layer in the layer's directory, or on a volume of its own
+// (which Recover mounts again).
 func TestRecover(t *testing.T) {
+	for _, upper := range []int64{0, loopfs.SizeClass(4 << 20)} {
+		t.Run(fmt.Sprint(upper), func(t *testing.T) { testRecover(t, upper) })
+	}
+}
+
+func testRecover(t *testing.T, upper int64) {
 	f := newFixture(t)
 	base := f.commit(t, (&core.Batch{}).WriteFile("f", []byte("base"), 0o644))
 	dir := filepath.Join(f.dir, "layers")
 	os.Mkdir(dir, 0o700)
 	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev,
-		Dir: filepath.Join(dir, "x9"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x9"}})
+		Dir: filepath.Join(dir, "x9"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x9"},
+		UpperSize: upper, Volumes: &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}})
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "new"), []byte("kept"), 0o644))
-	// The process dies here: no Commit, no Unmount; the overlay stays mounted.
+	// The process dies here: no Commit, no Unmount; the overlay (and the
+	// volume beneath it) stay mounted.
 	must(t, overlay.Recover(bg, f.st, f.view, dir))
 	if _, err := os.Stat(filepath.Join(dir, "x9")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("layer left after Recover: %v", err)
@@ -436,8 +447,16 @@ func asContainerRoot(t *testing.T, ids idmap.Range, dir, script string) string {
 // the container's, what root makes is stored as owned by 0, a chown to
 // 1000 is stored as 1000, root may write a file root owns (a copy-up), an
 // id beyond the range shows as nobody; and the mount table names no
-// directory of the host.
+// directory of the host. The upper layer in the layers directory, or on
+// a volume of its own (a mount the Mounts' copy of the layers directory
+// does not show).
 func TestIDMappedLayers(t *testing.T) {
+	for _, upper := range []int64{0, loopfs.SizeClass(4 << 20)} {
+		t.Run(fmt.Sprint(upper), func(t *testing.T) { testIDMappedLayers(t, upper) })
+	}
+}
+
+func testIDMappedLayers(t *testing.T, upper int64) {
 	f := newFixture(t)
 	ids := idmap.Default
 	b := &core.Batch{}
@@ -450,7 +469,8 @@ func TestIDMappedLayers(t *testing.T) {
 	ms, err := overlay.OpenMounts(f.view.Dir(), layers, ids)
 	must(t, err)
 	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base.Rev, Mounts: ms,
-		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"}})
+		Dir: filepath.Join(layers, "ids"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "ids"},
+		UpperSize: upper, Volumes: &loopfs.Maker{Dir: filepath.Join(f.dir, "templates")}})
 	must(t, err)
 	t.Cleanup(func() { l.Unmount(bg) })
 	ms.Close() // the layer keeps what it uses

@@ -82,6 +82,10 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 			// No verdict on the changes themselves: the next push
 			// carries every chunk they name again.
 			return res.Revision, "", fmt.Errorf("%w: %v", overlay.ErrKeepDraft, err)
+		case errors.Is(err, core.ErrNoSpace), errors.Is(err, core.ErrQuota):
+			// The home cannot take them now (its disk, the tenant's
+			// quota): they wait here until it can.
+			return res.Revision, "", fmt.Errorf("%w: %v", overlay.ErrKeepDraft, err)
 		case errors.As(err, &we) && we.Status >= 400 && we.Status < 500:
 			return res.Revision, "", err // the home refused it: retrying will not help
 		}

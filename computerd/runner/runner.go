@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/loopfs"
 	"computerd/computerd/metrics"
 	"computerd/computerd/overlay"
 	"computerd/computerd/sandbox"
@@ -59,6 +60,9 @@ type Request struct {
 // few goroutines: 8 per tenant lets an agent fan out, 32 in all keeps a
 // 2-core host answering. 64 MiB of output per exec is far more than any
 // reader (human or model) takes in, and 32 execs of it stay under 2 GiB.
+// 4 GiB of writes per exec holds an npm install, a pip install of a
+// machine-learning stack or the clone of a large repository, and is the
+// disk space an exec's upper layer takes while it runs (see writeBound).
 const (
 	DefaultTimeout   = 10 * time.Minute
 	MaxTimeout       = time.Hour
@@ -68,6 +72,7 @@ const (
 	MaxPerTenant     = 8
 	MaxTotal         = 32
 	MaxOutput        = 64 << 20
+	MaxWrite         = 4 << 30
 	outputMarkerText = "computerd: output truncated at the exec output cap of %d bytes; the command runs on, its further output is counted, not kept\n"
 )
 
@@ -102,6 +107,10 @@ type Runner struct {
 	// streams together (default MaxOutput); beyond it the log holds a
 	// truncated event and the command runs on unrecorded.
 	MaxOutput int64
+	// MaxWrite bounds what one exec may write to /workspace (default
+	// MaxWrite): beyond it (or beyond what its tenant's byte quota or the
+	// disk leave, see writeBound) the command's writes fail with ENOSPC.
+	MaxWrite int64
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
 
@@ -111,6 +120,11 @@ type Runner struct {
 	// containers' ids).
 	view   *fusefs.View
 	mounts *overlay.Mounts
+	// volumes makes the volumes that hold execs' upper layers (templates
+	// in Dir/templates); pool keeps a few of MaxWrite's size ready
+	// (Dir/volumes), one per warm container.
+	volumes *loopfs.Maker
+	pool    *loopfs.Pool
 
 	mu      sync.Mutex
 	running map[string]*run
@@ -123,6 +137,8 @@ type Runner struct {
 	// group; stop ends the execs' context (ctx), stopLoops the
 	// background loops' (loops).
 	group     *errgroup.Group
+	unsettled []*unsettled  // execs whose end is not yet fully recorded (under mu)
+	resettle  chan struct{} // wakes settleLoop
 	ctx       context.Context
 	stop      context.CancelCauseFunc
 	loops     context.Context
@@ -173,18 +189,26 @@ func (r *Runner) defaults() {
 	if r.MaxOutput <= 0 {
 		r.MaxOutput = MaxOutput
 	}
+	if r.MaxWrite <= 0 {
+		r.MaxWrite = MaxWrite
+	}
 }
 
 func (r *Runner) outputPath(id string) string { return filepath.Join(r.Dir, "output", id+".ndjson") }
 func (r *Runner) mountPath(id string) string  { return filepath.Join(r.Dir, "mnt", id) }
 func (r *Runner) layerPath(id string) string  { return filepath.Join(r.Dir, "layers", id) }
 func (r *Runner) viewPath() string            { return filepath.Join(r.Dir, "view") }
+func (r *Runner) poolPath() string            { return filepath.Join(r.Dir, "volumes") }
 
 // CleanupMounts detaches what a runner that died left mounted under dir
 // (its Dir): the overlays of its execs, then its revision view. Open does
 // it; so can whoever removes a dead daemon's data directory.
 func CleanupMounts(dir string) error {
 	errs := []error{overlay.CleanupStale(filepath.Join(dir, "layers"))}
+	ready, _ := os.ReadDir(filepath.Join(dir, "volumes")) // a pool's volumes
+	for _, v := range ready {
+		errs = append(errs, loopfs.Unmount(filepath.Join(dir, "volumes", v.Name(), loopfs.VolumeFS)))
+	}
 	mounts, _ := os.ReadDir(filepath.Join(dir, "mnt")) // exec mounts of older versions
 	for _, m := range mounts {
 		p := filepath.Join(dir, "mnt", m.Name())
@@ -209,7 +233,7 @@ func (r *Runner) Open(ctx context.Context) error {
 	if err := CleanupMounts(r.Dir); err != nil {
 		return err
 	}
-	for _, sub := range []string{"mnt", "output", "spool", "layers", "view"} {
+	for _, sub := range []string{"mnt", "output", "spool", "layers", "view", "templates"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir, sub), 0o700); err != nil {
 			return err
 		}
@@ -233,10 +257,57 @@ func (r *Runner) Open(ctx context.Context) error {
 	if r.mounts, err = overlay.OpenMounts(r.viewPath(), filepath.Join(r.Dir, "layers"), r.Sandbox.MappedIDs()); err != nil {
 		return err
 	}
-	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); err != nil {
+	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); errors.Is(err, core.ErrNoSpace) {
+		// A full disk: the layers, drafts and records stay as they are
+		// for the next start with room (an empty draft must not go
+		// while its layer still holds the writes). Serving what is
+		// stored goes on meanwhile.
+		r.Log.Warn("the writes of interrupted execs wait in their layers for a start with room to commit them", "err", err)
+	} else if err != nil {
 		return fmt.Errorf("recover exec layers: %w", err)
+	} else if err := r.recoverExecs(ctx); err != nil {
+		return err
 	}
+	r.pruneOutput()
+	r.volumes = &loopfs.Maker{Dir: filepath.Join(r.Dir, "templates")}
+	check := filepath.Join(r.Dir, "templates", "check")
+	loopfs.RemoveVolume(check) // left by a process that died checking
+	if err := r.volumes.Check(check); err != nil {
+		return fmt.Errorf("upper layer volumes: %w", err)
+	}
+	if r.Sandbox != nil {
+		// As many as warm containers, and one when there are none: the
+		// volumes of finished execs come back to it.
+		r.pool = &loopfs.Pool{Maker: r.volumes, Dir: r.poolPath(), Size: loopfs.SizeClass(r.MaxWrite), Count: max(r.Sandbox.Warm, 1),
+			Room: r.poolRoom}
+		if err := r.pool.Open(ctx); err != nil {
+			return fmt.Errorf("upper layer volumes: %w", err)
+		}
+	}
+	opened = true
+
+	// Execs and loops outlive the call that opens the runner (a signal
+	// that cancels it starts a graceful shutdown, in which they go on):
+	// only Close ends them.
+	r.ctx, r.stop = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.loops, r.stopLoops = context.WithCancelCause(r.ctx)
+	r.group = &errgroup.Group{}
+	r.group.Go(func() error { r.pruneLoop(r.loops); return nil })
+	r.resettle = make(chan struct{}, 1)
+	r.group.Go(func() error { r.settleLoop(r.loops); return nil })
+	if r.Remote != nil {
+		r.group.Go(func() error { r.pushPending(r.loops); return nil })
+	}
+	return nil
+}
+
+// recoverExecs commits what the drafts of execs a previous process left
+// hold (their layers' writes, moved there by overlay.Recover), as
+// interrupted revisions (on an executor: pushes), and marks their journal
+// records interrupted.
+func (r *Runner) recoverExecs(ctx context.Context) error {
 	var recovered []overlay.Recovered
+	var err error
 	if r.Remote != nil {
 		if err := r.recoverRemote(ctx); err != nil {
 			return fmt.Errorf("recover drafts: %w", err)
@@ -262,24 +333,13 @@ func (r *Runner) Open(ctx context.Context) error {
 				e.KeptAs = rc.Kept
 			}
 		}
-		if err := r.Store.UpdateExec(ctx, e); err != nil {
+		if err := r.Store.UpdateExec(ctx, e); errors.Is(err, core.ErrNoSpace) {
+			r.Log.Warn("journal: an interrupted exec stays marked running until a start with room", "id", e.ID, "err", err)
+		} else if err != nil {
 			return err
 		}
 		r.observe(e)
 		r.Log.Warn("exec interrupted by a restart", "id", e.ID, "rev", e.Rev)
-	}
-	r.pruneOutput()
-	opened = true
-
-	// Execs and loops outlive the call that opens the runner (a signal
-	// that cancels it starts a graceful shutdown, in which they go on):
-	// only Close ends them.
-	r.ctx, r.stop = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.loops, r.stopLoops = context.WithCancelCause(r.ctx)
-	r.group = &errgroup.Group{}
-	r.group.Go(func() error { r.pruneLoop(r.loops); return nil })
-	if r.Remote != nil {
-		r.group.Go(func() error { r.pushPending(r.loops); return nil })
 	}
 	return nil
 }
@@ -361,6 +421,18 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 			r.release(req.Tenant)
 		}
 	}()
+	// A disk too full for the exec's writes refuses it before it is
+	// journaled, so that the same request (key included) runs once there
+	// is room; a retry of one that ran still gets its result.
+	size, err := r.writeBound(ctx, req.Tenant)
+	if err != nil {
+		if req.Key != "" {
+			if rec, ferr := r.Store.ExecByKey(ctx, req.Tenant, req.Workspace.ID, req.Key); ferr == nil {
+				return rec, nil
+			}
+		}
+		return core.Exec{}, err
+	}
 	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
 		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
@@ -371,7 +443,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	out, err := createOutputLog(r.outputPath(rec.ID), r.MaxOutput)
 	if err != nil {
 		r.fail(ctx, rec, err)
-		return rec, err
+		return rec, fmt.Errorf("exec: output log: %w", err)
 	}
 	r.mu.Lock()
 	if r.closing || r.group == nil {
@@ -381,18 +453,33 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		out.finish(r.fail(ctx, rec, errClosing))
 		return rec, errClosing
 	}
-	admitted = false // the exec's goroutine releases it
+	// Registered from here, as its journal record says it runs: a Kill
+	// that comes while its /workspace is made ends it (its context).
 	rctx, cancel := context.WithCancelCause(r.ctx)
 	ru := &run{id: rec.ID, cancel: cancel, log: out}
 	r.running[rec.ID] = ru
-	r.execs.Add(1)
+	r.execs.Add(1) // Close waits for it
+	r.mu.Unlock()
+	// The /workspace is made before the answer, so that what keeps it
+	// from being made (a full disk) is the answer.
+	layer, err := r.openLayer(ctx, rec, size)
+	if err != nil {
+		r.mu.Lock()
+		delete(r.running, rec.ID)
+		r.mu.Unlock()
+		cancel(nil)
+		out.finish(r.fail(ctx, rec, err))
+		r.execs.Done()
+		return rec, err
+	}
+	admitted = false // the exec's goroutine releases it
 	if r.Metrics != nil {
 		r.Metrics.ExecsRunning.Inc()
 	}
 	r.group.Go(func() error {
 		defer r.execs.Done()
 		defer cancel(nil)
-		final, cleanup := r.execute(rctx, rec, req, timeout, out)
+		final, cleanup := r.execute(rctx, rec, req, timeout, out, layer)
 		out.finish(final) // the answer goes out before the mount is taken down
 		r.mu.Lock()
 		delete(r.running, rec.ID)
@@ -406,7 +493,6 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		}
 		return nil
 	})
-	r.mu.Unlock()
 	return rec, nil
 }
 
@@ -486,23 +572,36 @@ func (r *Runner) observe(e core.Exec) {
 	}
 }
 
-// execute runs one exec to its end and returns its final record, and
-// what is left to clean up once the caller has sent it (the mount).
-func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog) (core.Exec, func()) {
-	begin := time.Now()
+// openLayer makes exec e's /workspace: an overlay of its base revision
+// whose upper layer is a volume of size (writeBound's).
+func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer, error) {
+	var err error
+	l := &layer{}
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
-		Mounts: r.mounts,
-		Info:   fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
+		Mounts: r.mounts, UpperSize: size, Volumes: r.volumes, Pool: r.pool,
+		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
-	var homeKept string
 	if r.Remote != nil {
-		opt.Deliver = r.deliverer(e, &homeKept)
+		opt.Deliver = r.deliverer(e, &l.homeKept)
 	}
-	m, err := overlay.Open(ctx, opt)
-	if err != nil {
-		return r.fail(ctx, e, fmt.Errorf("mount workspace: %w", err)), nil
+	if l.Layer, err = overlay.Open(ctx, opt); err != nil {
+		return nil, fmt.Errorf("exec: make /workspace: %w", err)
 	}
+	return l, nil
+}
+
+// layer is an exec's /workspace, and where its changes went at the home
+// when a push of an executor's conflicted (the copy's name).
+type layer struct {
+	*overlay.Layer
+	homeKept string
+}
+
+// execute runs one exec to its end and returns its final record, and
+// what is left to clean up once the caller has sent it (the mount).
+func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout time.Duration, out *outputLog, m *layer) (core.Exec, func()) {
+	begin := time.Now()
 	dir := m.Mountpoint()
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -528,40 +627,31 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	// when it ended because its context did (kill, shutdown).
 	cctx := context.WithoutCancel(ctx)
 	rev, changed, commitErr := m.Commit(cctx)
-	var conflict *fusefs.ConflictError
-	var storeConflict *core.ConflictError
-	switch {
-	case commitErr == nil && changed:
-		e.Rev = rev.Rev
-		if r.Metrics != nil {
-			r.Metrics.Committed(rev)
-		}
-	case errors.Is(commitErr, overlay.ErrKeepDraft):
-		// An executor whose home is away: the draft holds the changes
-		// until the pending-push loop delivers them.
-		e.Draft, _, _ = m.Status()
-		e.Error = commitErr.Error()
-	case errors.As(commitErr, &conflict):
-		e.KeptAs = conflict.Name
-		if homeKept != "" {
-			e.KeptAs = homeKept
-		}
-		if errors.As(commitErr, &storeConflict) {
-			e.Conflict = storeConflict.Paths
-		}
-	case commitErr != nil:
-		e.Error = "commit: " + commitErr.Error()
-	}
+	failed := r.noteCommit(&e, m, rev, changed, commitErr)
+	// A commit that failed for want of space is tried again once the
+	// exec has answered (unsettled.go); the layer keeps the writes.
+	late := failed && errors.Is(commitErr, core.ErrNoSpace)
+	var later *unsettled
 	cleanup := func() {
-		// After a failed delivery this commit fails the same way and the
-		// draft stays; otherwise there is nothing left to commit.
-		if err := m.Unmount(cctx); err != nil && commitErr == nil {
-			r.Log.Warn("unmount", "id", e.ID, "err", err)
+		if later == nil || later.layer == nil {
+			// After a failed delivery this commit fails the same way and
+			// the draft stays; otherwise there is nothing left to commit.
+			if err := m.Unmount(cctx); err != nil && commitErr == nil {
+				r.Log.Warn("unmount", "id", e.ID, "err", err)
+			}
+		}
+		if later != nil {
+			r.settleLater(later)
 		}
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
 	e.OutputTruncated = out.isTruncated()
+	if err := out.lostErr(); err != nil {
+		// The command ran on; what it printed from then on is gone.
+		e.OutputTruncated = true
+		e.Error = joinErr(e.Error, "output log: "+err.Error()+"; the output from then on was not kept")
+	}
 	if e.OutputTruncated && r.Metrics != nil {
 		r.Metrics.ExecsTruncated.Inc()
 	}
@@ -596,11 +686,55 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	if e.Draft != 0 {
 		e.State, e.PendingState = core.ExecPending, e.State
 	}
-	if err := r.Store.UpdateExec(cctx, e); err != nil {
-		r.Log.Error("journal", "id", e.ID, "err", err)
+	base := e.Error // without the commit's failure
+	switch {
+	case late:
+		e.Error = joinErr(e.Error, "commit: "+commitErr.Error()+"; its writes are kept and committed once space is freed")
+	case failed:
+		e.Error = joinErr(e.Error, "commit: "+commitErr.Error())
+	}
+	journalErr := r.Store.UpdateExec(cctx, e)
+	if journalErr != nil {
+		r.Log.Error("journal", "id", e.ID, "err", journalErr)
+	}
+	if late {
+		later = &unsettled{rec: e, base: base, layer: m}
+	} else if journalErr != nil {
+		later = &unsettled{rec: e, base: e.Error}
 	}
 	r.observe(e)
 	return e, cleanup
+}
+
+// noteCommit records in e where the commit of its layer m went, and
+// reports whether it failed for a reason other than a conflict (whose
+// changes a copy keeps) or an absent home (whose draft keeps them).
+func (r *Runner) noteCommit(e *core.Exec, m *layer, rev core.Revision, changed bool, err error) (failed bool) {
+	var conflict *fusefs.ConflictError
+	var storeConflict *core.ConflictError
+	switch {
+	case err == nil && changed:
+		e.Rev = rev.Rev
+		if r.Metrics != nil {
+			r.Metrics.Committed(rev)
+		}
+	case errors.Is(err, overlay.ErrKeepDraft):
+		// An executor whose home is away: the draft holds the changes
+		// until the pending-push loop delivers them.
+		e.Draft, _, _ = m.Status()
+		e.Error = err.Error()
+	case errors.As(err, &conflict):
+		e.KeptAs = conflict.Name
+		if m.homeKept != "" {
+			e.KeptAs = m.homeKept
+		}
+		if errors.As(err, &storeConflict) {
+			e.Conflict = storeConflict.Paths
+		}
+	case err != nil:
+		return true
+	}
+	return false
 }
 
 func joinErr(a, b string) string {
@@ -693,6 +827,10 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	err := group.Wait()
 	r.stop(errShutdown)
+	r.abandonUnsettled() // those of execs that ended after settleLoop did
+	if r.pool != nil {
+		err = errors.Join(err, r.pool.Close())
+	}
 	return errors.Join(err, r.closeView(context.WithoutCancel(ctx)))
 }
 
@@ -718,6 +856,11 @@ type outputLog struct {
 	seq  uint64
 	done bool
 	wake chan struct{} // closed and replaced on every append
+	// lost is the error of a write to the file (a full disk): from then
+	// on the file takes nothing more (it ends at its last whole event)
+	// and exit, the last event, is held here for followers.
+	lost error
+	exit *Event
 }
 
 func createOutputLog(path string, max int64) (*outputLog, error) {
@@ -737,13 +880,28 @@ func (l *outputLog) append(ev Event) {
 func (l *outputLog) appendLocked(ev Event) {
 	l.seq++
 	ev.Seq = l.seq
-	b, _ := json.Marshal(ev)
-	b = append(b, '\n')
-	if n, err := l.f.Write(b); err == nil {
-		l.size += int64(n)
+	if ev.Type == "exit" {
+		l.exit = &ev
+	}
+	if l.lost == nil {
+		b, _ := json.Marshal(ev)
+		b = append(b, '\n')
+		if n, err := l.f.Write(b); err != nil {
+			l.lost = err
+			l.f.Truncate(l.size) // no half event for a follower to choke on
+		} else {
+			l.size += int64(n)
+		}
 	}
 	close(l.wake)
 	l.wake = make(chan struct{})
+}
+
+// lostErr is the error that stopped the log's file taking events (nil: none did).
+func (l *outputLog) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
 }
 
 // output logs a piece of output while the log is under its cap. The cap
@@ -825,7 +983,7 @@ func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
 	var read int64
 	for {
 		l.mu.Lock()
-		size, done, wake := l.size, l.done, l.wake
+		size, done, wake, lost, exit := l.size, l.done, l.wake, l.lost, l.exit
 		l.mu.Unlock()
 		for read < size {
 			line, err := dec.next()
@@ -845,6 +1003,9 @@ func (l *outputLog) follow(ctx context.Context, fn func(Event) error) error {
 			}
 		}
 		if done {
+			if lost != nil && exit != nil {
+				return fn(*exit) // the file could not take it
+			}
 			return nil
 		}
 		select {
