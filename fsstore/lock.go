@@ -48,6 +48,34 @@ func lockDir(dir, owner string) (*dirLock, error) {
 	return &dirLock{f: f}, nil
 }
 
+// LockHolder returns the pid of the process that holds data directory
+// dir's lock, as it wrote it in the lock file; held is false if no process
+// holds it.
+func LockHolder(dir string) (pid int, held bool, err error) {
+	p := filepath.Join(dir, "lock")
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0, false, nil
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return 0, false, err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, true, err
+	}
+	if _, err := fmt.Sscanf(string(b), "pid %d", &pid); err != nil {
+		return 0, true, fmt.Errorf("lock file %s names no pid", p)
+	}
+	return pid, true, nil
+}
+
 // unlock releases the lock. The file stays: removing it would let a
 // second Store lock a fresh file while a third still holds the old one.
 func (l *dirLock) unlock() error {

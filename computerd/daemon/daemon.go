@@ -212,6 +212,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if err := releaseDyingHolder(cfg.DataDir, cfg.Log); err != nil {
+		return err
+	}
 	if err := d.Store.Open(ctx); err != nil {
 		return err
 	}

@@ -353,6 +353,41 @@ func abortConnection(dev uint64) error {
 	return os.WriteFile(path, []byte("1"), 0o200)
 }
 
+// AbortUnder aborts the connections of the FUSE file systems mounted at
+// dir or beneath it, whoever serves them: every request waiting on one
+// fails (ENOTCONN), and the kernel lets go of its server. It returns the
+// mount points it aborted.
+//
+// It is for a server that cannot finish dying. A process killed
+// (SIGKILL) while one of its threads waited on a FUSE request to a file
+// system the process serves itself never exits: the kernel waits for the
+// answer no thread is left to give, and the process keeps its descriptors
+// (a data directory's lock among them) until the connection is aborted.
+func AbortUnder(dir string) ([]string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := mountinfo.Read()
+	if err != nil {
+		return nil, err
+	}
+	var aborted []string
+	var errs []error
+	for _, m := range mounts {
+		under := m.Point == abs || strings.HasPrefix(m.Point, strings.TrimSuffix(abs, "/")+"/")
+		if !under || !strings.HasPrefix(m.FSType, "fuse") || m.Dev == 0 {
+			continue
+		}
+		if err := abortConnection(m.Dev); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("fusefs: abort %s: %w", m.Point, err))
+			continue
+		}
+		aborted = append(aborted, m.Point)
+	}
+	return aborted, errors.Join(errs...)
+}
+
 // raiseReadahead lets the kernel read ahead 1 MiB at a time (FUSE offers
 // 128 KiB) on the mount of device dev, so sequential reads cost a quarter
 // of the requests. Best effort.

@@ -6,12 +6,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mount is one line of the table.
 type Mount struct {
 	Point  string // the mount point, unescaped
 	FSType string // "ext4", "fuse.computerd", "tmpfs", ...
+	Dev    uint64 // the file system's device number (st_dev of its files)
 }
 
 // Read returns the mounts of the calling thread's mount namespace, in the
@@ -35,7 +38,7 @@ func Read() ([]Mount, error) {
 		if len(f) < 10 {
 			continue
 		}
-		m := Mount{Point: unescape(f[4])}
+		m := Mount{Point: unescape(f[4]), Dev: parseDev(f[2])}
 		for i := 6; i < len(f)-1; i++ {
 			if f[i] == "-" {
 				m.FSType = f[i+1]
@@ -61,6 +64,17 @@ func Under(dir string) ([]string, error) {
 		}
 	}
 	return points, nil
+}
+
+// parseDev reads a "major:minor" device number (0 if it is not one).
+func parseDev(s string) uint64 {
+	maj, min, ok := strings.Cut(s, ":")
+	a, err1 := strconv.ParseUint(maj, 10, 32)
+	b, err2 := strconv.ParseUint(min, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return 0
+	}
+	return unix.Mkdev(uint32(a), uint32(b))
 }
 
 // unescape undoes the table's octal escapes (\040 for a space).

@@ -53,6 +53,13 @@ func TestReadAndUnder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(inner, &st); err != nil {
+		t.Fatal(err)
+	}
+	if mounts, _ = Read(); !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Point == inner && m.Dev == st.Dev }) {
+		t.Fatalf("no mount at %s with device %d:%d in %v", inner, unix.Major(st.Dev), unix.Minor(st.Dev), mounts)
+	}
 	if want := []string{inner, dir}; !slices.Equal(got, want) {
 		t.Fatalf("Under(%q) = %q, want %q (deepest first)", dir, got, want)
 	}

@@ -17,11 +17,17 @@ import (
 	"computerd/fsstore"
 )
 
-// Changes reads an overlay's upper layer (upper, over the lower layer
-// lower) and returns the changeset that turns the lower tree into the
-// merged one. File contents go into the store through up (Flush it before
-// committing). It costs O(what the upper layer holds): the lower layer is
-// only looked at where the upper one has something.
+// Changes reads an overlay's upper layer (upper, over the lower layer,
+// the revision lower) and returns the changeset that turns the lower tree
+// into the merged one. File contents go into the store through up (Flush
+// it before committing). It costs O(what the upper layer holds): the lower
+// layer is only looked at where the upper one has something.
+//
+// The lower layer is read from the store, never through the revision
+// view's mount: computerd serves that mount itself, and a thread of its
+// own waiting on it can never exit if computerd is killed (SIGKILL) while
+// the request is out: the kernel waits for an answer no thread is left to
+// give, and the dying process keeps the data directory's lock.
 //
 // What the upper layer holds, and the ops it becomes:
 //   - a whiteout (a 0/0 character device): the lower entry was deleted:
@@ -42,7 +48,7 @@ import (
 //
 // Directory times are left to the store, which sets them when entries
 // change.
-func Changes(ctx context.Context, upper, lower string, up *fsstore.Uploader) (*core.Changeset, error) {
+func Changes(ctx context.Context, upper string, lower *fsstore.Snapshot, up *fsstore.Uploader) (*core.Changeset, error) {
 	c := &changes{ctx: ctx, upper: upper, lower: lower, up: up, links: map[[2]uint64]string{}, cs: &core.Changeset{}}
 	if err := c.dir("", true); err != nil {
 		return nil, err
@@ -51,9 +57,10 @@ func Changes(ctx context.Context, upper, lower string, up *fsstore.Uploader) (*c
 }
 
 type changes struct {
-	ctx          context.Context
-	upper, lower string
-	up           *fsstore.Uploader
+	ctx   context.Context
+	upper string
+	lower *fsstore.Snapshot
+	up    *fsstore.Uploader
 	links        map[[2]uint64]string // an upper file with several names: its first path
 	cs           *core.Changeset
 }
@@ -92,11 +99,12 @@ func (c *changes) entry(p string, merged bool) error {
 	var low unix.Stat_t
 	hasLow := false
 	if merged {
-		err := unix.Lstat(filepath.Join(c.lower, p), &low)
+		ls, err := c.lower.Stat(c.ctx, p)
 		switch {
 		case err == nil:
 			hasLow = true
-		case !errors.Is(err, unix.ENOENT):
+			low = lowerStat(ls)
+		case !errors.Is(err, core.ErrNotFound):
 			return fmt.Errorf("lower %s: %w", p, err)
 		}
 	}
@@ -184,7 +192,7 @@ func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t)
 		c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
 	}
 	if lowReg && st.Nlink == 1 && st.Size == low.Size {
-		same, err := sameBytes(filepath.Join(c.upper, p), filepath.Join(c.lower, p))
+		same, err := c.sameBytes(p)
 		if err != nil {
 			return err
 		}
@@ -252,18 +260,26 @@ func opaque(dir string) bool {
 	return err == nil && n == 1 && (b[0] == 'y' || b[0] == 'x')
 }
 
-// sameBytes reports whether two files of equal size hold the same bytes.
-func sameBytes(a, b string) (bool, error) {
-	fa, err := os.Open(a)
+// lowerStat is what the lower layer's entry st would stat as.
+func lowerStat(st core.Stat) unix.Stat_t {
+	return unix.Stat_t{
+		Mode: fsstore.UnixMode(st.Mode), Uid: st.UID, Gid: st.GID, Nlink: uint64(st.Nlink),
+		Size: st.Size, Rdev: st.Rdev, Mtim: unix.NsecToTimespec(st.Mtime.UnixNano()),
+	}
+}
+
+// sameBytes reports whether upper file p and the lower file at p, of
+// equal size, hold the same bytes.
+func (c *changes) sameBytes(p string) (bool, error) {
+	fa, err := os.Open(filepath.Join(c.upper, p))
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := os.Open(b)
+	fb, err := c.lower.Open(c.ctx, p)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("lower %s: %w", p, err)
 	}
-	defer fb.Close()
 	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
 	for {
 		na, erra := io.ReadFull(fa, ba)

@@ -433,7 +433,11 @@ func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 	// already; reading it back needs no sync.
 	up := st.NewUploader()
 	defer up.Close()
-	cs, err := Changes(ctx, upperDir(l.opt.Dir), l.lower, up)
+	lower, err := st.Snapshot(ctx, l.ws.ID, l.base) // the draft keeps it
+	if err != nil {
+		return core.Revision{}, false, fmt.Errorf("overlay: base revision: %w", err)
+	}
+	cs, err := Changes(ctx, upperDir(l.opt.Dir), lower, up)
 	if err != nil {
 		return core.Revision{}, false, fmt.Errorf("overlay: read the exec's changes: %w", err)
 	}
@@ -596,9 +600,9 @@ func CleanupStale(dir string) error {
 // parent of their Dirs): it unmounts their overlays (CleanupStale) and moves what each
 // upper layer holds into its exec's draft, where RecoverDrafts (or an
 // executor's pending pushes) commits it as the exec's interrupted
-// revision. view must be open. A layer whose draft is gone was committed
-// already (only its removal was cut short) and is removed.
-func Recover(ctx context.Context, st *fsstore.Store, view *fusefs.View, dir string) error {
+// revision. A layer whose draft is gone was committed already (only its
+// removal was cut short) and is removed.
+func Recover(ctx context.Context, st *fsstore.Store, dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -611,7 +615,7 @@ func Recover(ctx context.Context, st *fsstore.Store, view *fusefs.View, dir stri
 	var errs []error
 	for _, e := range entries {
 		ld := filepath.Join(dir, e.Name())
-		if err := recoverLayer(ctx, st, view, ld); err != nil {
+		if err := recoverLayer(ctx, st, ld); err != nil {
 			errs = append(errs, fmt.Errorf("overlay: recover %s: %w", ld, err))
 			continue
 		}
@@ -622,7 +626,7 @@ func Recover(ctx context.Context, st *fsstore.Store, view *fusefs.View, dir stri
 	return errors.Join(errs...)
 }
 
-func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld string) error {
+func recoverLayer(ctx context.Context, st *fsstore.Store, ld string) error {
 	b, err := os.ReadFile(filepath.Join(ld, recordName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // Open died before the mount: nothing was written
@@ -650,11 +654,10 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, view *fusefs.View, ld 
 	if _, err := os.Stat(upperDir(ld)); errors.Is(err, os.ErrNotExist) {
 		return nil // a removal cut short, by a build that removed the record last: the layer was done with
 	}
-	lower, release, err := view.Acquire(ctx, rec.Workspace, rec.Base)
+	lower, err := st.Snapshot(ctx, rec.Workspace, rec.Base) // the draft keeps it
 	if err != nil {
 		return err
 	}
-	defer release()
 	up := st.NewUploader()
 	defer up.Close()
 	cs, err := Changes(ctx, upperDir(ld), lower, up)

@@ -316,7 +316,7 @@ func testRecover(t *testing.T, upper int64) {
 	must(t, os.WriteFile(filepath.Join(l.Mountpoint(), "new"), []byte("kept"), 0o644))
 	// The process dies here: no Commit, no Unmount; the overlay (and the
 	// volume beneath it) stay mounted.
-	must(t, overlay.Recover(bg, f.st, f.view, dir))
+	must(t, overlay.Recover(bg, f.st, dir))
 	if _, err := os.Stat(filepath.Join(dir, "x9")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("layer left after Recover: %v", err)
 	}
@@ -342,7 +342,7 @@ func TestRecoverCutRemoval(t *testing.T) {
 	must(t, err)
 	must(t, unix.Unmount(l.Mountpoint(), unix.MNT_DETACH))
 	must(t, os.RemoveAll(filepath.Join(dir, "x7", "upper")))
-	must(t, overlay.Recover(bg, f.st, f.view, dir))
+	must(t, overlay.Recover(bg, f.st, dir))
 	if _, err := os.Stat(filepath.Join(dir, "x7")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("layer left after Recover: %v", err)
 	}

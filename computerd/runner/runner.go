@@ -257,7 +257,7 @@ func (r *Runner) Open(ctx context.Context) error {
 	if r.mounts, err = overlay.OpenMounts(r.viewPath(), filepath.Join(r.Dir, "layers"), r.Sandbox.MappedIDs()); err != nil {
 		return err
 	}
-	if err := overlay.Recover(ctx, r.Store, r.view, filepath.Join(r.Dir, "layers")); errors.Is(err, core.ErrNoSpace) {
+	if err := overlay.Recover(ctx, r.Store, filepath.Join(r.Dir, "layers")); errors.Is(err, core.ErrNoSpace) {
 		// A full disk: the layers, drafts and records stay as they are
 		// for the next start with room (an empty draft must not go
 		// while its layer still holds the writes). Serving what is
