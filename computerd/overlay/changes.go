@@ -50,7 +50,7 @@ import (
 // change.
 func Changes(ctx context.Context, upper string, lower *fsstore.Snapshot, up *fsstore.Uploader) (*core.Changeset, error) {
 	c := &changes{ctx: ctx, upper: upper, lower: lower, up: up, links: map[[2]uint64]string{}, cs: &core.Changeset{}}
-	if err := c.dir("", true); err != nil {
+	if err := c.dir("", lower.RootIno()); err != nil {
 		return nil, err
 	}
 	return c.cs, nil
@@ -67,9 +67,10 @@ type changes struct {
 
 func (c *changes) add(op core.Op) { c.cs.Ops = append(c.cs.Ops, op) }
 
-// dir walks upper directory p (workspace-relative; "" is the root); merged
-// says the lower layer's directory at p shows through it.
-func (c *changes) dir(p string, merged bool) error {
+// dir walks upper directory p (workspace-relative; "" is the root);
+// lowDir is the inode of the lower layer's directory at p, which shows
+// through it, or 0 if none does.
+func (c *changes) dir(p string, lowDir uint64) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
@@ -83,23 +84,24 @@ func (c *changes) dir(p string, merged bool) error {
 		return err
 	}
 	for _, name := range names {
-		if err := c.entry(path.Join(p, name), merged); err != nil {
+		if err := c.entry(path.Join(p, name), name, lowDir); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// entry turns upper entry p into ops.
-func (c *changes) entry(p string, merged bool) error {
+// entry turns upper entry p, named name in a directory over lower
+// directory lowDir (0: none), into ops.
+func (c *changes) entry(p, name string, lowDir uint64) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(filepath.Join(c.upper, p), &st); err != nil {
 		return err
 	}
 	var low unix.Stat_t
 	hasLow := false
-	if merged {
-		ls, err := c.lower.Stat(c.ctx, p)
+	if lowDir != 0 {
+		ls, err := c.lower.Lookup(c.ctx, lowDir, name)
 		switch {
 		case err == nil:
 			hasLow = true
@@ -122,14 +124,14 @@ func (c *changes) entry(p string, merged bool) error {
 	case syscall.S_IFDIR:
 		if hasLow && lowTyp == syscall.S_IFDIR && !opaque(filepath.Join(c.upper, p)) {
 			c.attrs(p, &st, &low)
-			return c.dir(p, true)
+			return c.dir(p, low.Ino)
 		}
 		if hasLow {
 			c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
 		}
 		c.add(core.Op{Kind: core.OpMkdir, Path: p, Mode: permMode(st.Mode)})
 		c.attrs(p, &st, nil)
-		return c.dir(p, false)
+		return c.dir(p, 0)
 	case syscall.S_IFREG:
 		return c.file(p, &st, hasLow, &low)
 	case syscall.S_IFLNK:
@@ -192,7 +194,7 @@ func (c *changes) file(p string, st *unix.Stat_t, hasLow bool, low *unix.Stat_t)
 		c.add(core.Op{Kind: core.OpDeleteAll, Path: p})
 	}
 	if lowReg && st.Nlink == 1 && st.Size == low.Size {
-		same, err := c.sameBytes(p)
+		same, err := c.sameBytes(p, low.Ino)
 		if err != nil {
 			return err
 		}
@@ -263,20 +265,20 @@ func opaque(dir string) bool {
 // lowerStat is what the lower layer's entry st would stat as.
 func lowerStat(st core.Stat) unix.Stat_t {
 	return unix.Stat_t{
-		Mode: fsstore.UnixMode(st.Mode), Uid: st.UID, Gid: st.GID, Nlink: uint64(st.Nlink),
+		Ino: st.Ino, Mode: fsstore.UnixMode(st.Mode), Uid: st.UID, Gid: st.GID, Nlink: uint64(st.Nlink),
 		Size: st.Size, Rdev: st.Rdev, Mtim: unix.NsecToTimespec(st.Mtime.UnixNano()),
 	}
 }
 
-// sameBytes reports whether upper file p and the lower file at p, of
-// equal size, hold the same bytes.
-func (c *changes) sameBytes(p string) (bool, error) {
+// sameBytes reports whether upper file p and lower file lowIno, of equal
+// size, hold the same bytes.
+func (c *changes) sameBytes(p string, lowIno uint64) (bool, error) {
 	fa, err := os.Open(filepath.Join(c.upper, p))
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := c.lower.Open(c.ctx, p)
+	fb, err := c.lower.OpenIno(c.ctx, lowIno)
 	if err != nil {
 		return false, fmt.Errorf("lower %s: %w", p, err)
 	}
