@@ -294,6 +294,7 @@ func TestErrors(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	e := start(t, api.Limits{})
 	e.ok("ws", "create", "w")
+	e.fails("w", "not found", "read", "w", "missing")
 	e.write("w", "f", "hello")
 	e.failsAs("cdt_bad", "w", "invalid", nil, "ws", "ls")
 	resp, err := http.Get(e.d.MetricsURL())
@@ -303,8 +304,14 @@ func TestMetrics(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	text := string(b)
+	for _, name := range []string{`computerd_data_disk_bytes{kind="size"}`, `computerd_data_disk_bytes{kind="free"}`} {
+		if v := metric(t, e.d.MetricsURL(), name); v <= 0 {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
 	for _, want := range []string{
 		`computerd_http_requests_total{code="200",method="PUT",route="PUT /v1/workspaces/{ws}/files/{path...}"} 1`,
+		`computerd_http_errors_total{code="not_found"} 1`,
 		`computerd_http_unauthenticated_total 1`, // by no route: see TestUnauthenticatedRequestsAddNoSeries
 		`computerd_http_request_duration_seconds_count{method="POST",route="POST /v1/workspaces"} 1`,
 		`computerd_revisions_committed_total{source="api"} 1`,
@@ -315,7 +322,7 @@ func TestMetrics(t *testing.T) {
 		`process_resident_memory_bytes`,
 	} {
 		if !strings.Contains(text, want) {
-			t.Errorf("metrics lack %q", want)
+			t.Errorf("metrics lack %q in:\n%s", want, text)
 		}
 	}
 }

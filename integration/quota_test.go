@@ -95,6 +95,9 @@ func TestQuotaBytes(t *testing.T) {
 	if got := e.head("w"); got != head {
 		t.Fatalf("refused calls moved the head from %d to %d", head, got)
 	}
+	if got := metric(t, e.d.MetricsURL(), `computerd_http_errors_total{code="quota_exceeded"}`); got != 3 {
+		t.Fatalf("computerd_http_errors_total{code=\"quota_exceeded\"} = %v after 3 refusals", got)
+	}
 	if _, ok := e.tree("w")["over"]; ok {
 		t.Fatal("a refused write left its file")
 	}

@@ -201,6 +201,9 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 				panic(http.ErrAbortHandler)
 			}
 			writeError(w, err)
+			if authenticated && s.Metrics != nil {
+				s.Metrics.Errors.WithLabelValues(errorLabel(err)).Inc()
+			}
 			switch st := statusOf(err); {
 			case st >= 500:
 				s.Log.Error("request failed", "route", route, "err", err)
@@ -230,6 +233,17 @@ func (s *Server) observe(route, method string, code int, authenticated bool, sta
 	method = methodLabel(method)
 	s.Metrics.Requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	s.Metrics.Latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+}
+
+// errorLabel is err's code as a metric label: one of wire's codes (a
+// home's answer an executor proxies may carry any code; one outside the
+// table counts as internal).
+func errorLabel(err error) string {
+	code := wire.ErrorOf(err).Code
+	if _, ok := wire.KindByCode(code); !ok {
+		return wire.CodeInternal
+	}
+	return code
 }
 
 // methodLabel is method as a metric label: one of HTTP's methods, or "other".

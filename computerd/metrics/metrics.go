@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -24,6 +25,10 @@ type Metrics struct {
 	// wrong token, without labels (see api.Server).
 	Requests        *prometheus.CounterVec
 	Unauthenticated prometheus.Counter
+	// Errors counts failed authenticated calls by error code: the
+	// refusals for a tenant's quota (quota_exceeded) and for a full disk
+	// (no_space) apart from the others that share their status.
+	Errors *prometheus.CounterVec
 	// Latency observes API call durations by route pattern and method.
 	Latency *prometheus.HistogramVec
 	// Revisions counts committed revisions by source (api, exec, mount, ...).
@@ -81,6 +86,10 @@ func New() *Metrics {
 			Help:    "Authenticated API request latency by route pattern and method (until the body is written).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 		}, []string{"route", "method"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "computerd_http_errors_total",
+			Help: "Authenticated API requests that failed, by error code (quota_exceeded, no_space, busy, ...; codes outside the API's table count as internal).",
+		}, []string{"code"}),
 		Revisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "computerd_revisions_committed_total",
 			Help: "Revisions committed by this process, by source.",
@@ -144,7 +153,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
 	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecsRefused, m.ExecsTruncated)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
-	m.Registry.MustRegister(m.Requests, m.Unauthenticated, m.Latency, m.Revisions,
+	m.Registry.MustRegister(m.Requests, m.Errors, m.Unauthenticated, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -173,6 +182,7 @@ var (
 	revisionsDesc  = prometheus.NewDesc("computerd_revisions_retained", "Revisions retained in the store.", nil, nil)
 	chunksDesc     = prometheus.NewDesc("computerd_store_chunks", "Unique content chunks in the store.", nil, nil)
 	bytesDesc      = prometheus.NewDesc("computerd_store_bytes", "Store size: logical (unique content) and physical (database files on disk).", []string{"kind"}, nil)
+	diskDesc       = prometheus.NewDesc("computerd_data_disk_bytes", "The file system of the data directory: its size, and what is free for computerd (what the store's writes may still take).", []string{"kind"}, nil)
 )
 
 type storeCollector struct {
@@ -184,6 +194,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- revisionsDesc
 	ch <- chunksDesc
 	ch <- bytesDesc
+	ch <- diskDesc
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -199,4 +210,11 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(chunksDesc, prometheus.GaugeValue, float64(st.Chunks))
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.LogicalBytes), "logical")
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.PhysicalBytes), "physical")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(c.store.Dir, &fs); err != nil {
+		ch <- prometheus.NewInvalidMetric(diskDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(fs.Blocks*uint64(fs.Bsize)), "size")
+	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)), "free")
 }
