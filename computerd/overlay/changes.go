@@ -61,8 +61,8 @@ type changes struct {
 	upper string
 	lower *fsstore.Snapshot
 	up    *fsstore.Uploader
-	links        map[[2]uint64]string // an upper file with several names: its first path
-	cs           *core.Changeset
+	links map[[2]uint64]string // an upper file with several names: its first path
+	cs    *core.Changeset
 }
 
 func (c *changes) add(op core.Op) { c.cs.Ops = append(c.cs.Ops, op) }
