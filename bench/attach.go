@@ -58,7 +58,7 @@ func runAttach(ctx context.Context, env *Env) error {
 	if err := os.Mkdir(data, 0o700); err != nil {
 		return err
 	}
-	d, err := startLoadDaemon(ctx, bin, "none", data)
+	d, err := startDaemonProcess(ctx, bin, "none", data)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// daemonProcess is a computerd serve process on a data directory, for
+// the suites that measure computerd as users run it: its own RSS, a
+// SIGKILL of it.
+type daemonProcess struct {
+	cmd *exec.Cmd
+	url string
+}
+
+var servingRE = regexp.MustCompile(`api=(http://\S+)`)
+
+// startDaemonProcess starts computerd serve on dir and waits until it serves.
+func startDaemonProcess(ctx context.Context, bin, helper, dir string) (*daemonProcess, error) {
+	cmd := exec.Command(bin, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		"--sandbox-helper", helper)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	urls := make(chan string, 1)
+	ended := make(chan []string, 1) // stderr closed: the process is gone; its last lines
+	go func() {
+		var last []string
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+			last = append(last[max(0, len(last)-9):], sc.Text())
+		}
+		ended <- last
+	}()
+	select {
+	case u := <-urls:
+		return &daemonProcess{cmd: cmd, url: u}, nil
+	case last := <-ended:
+		cmd.Wait()
+		return nil, fmt.Errorf("computerd exited before serving: %s", strings.Join(last, "\n"))
+	case <-time.After(3 * time.Minute):
+	case <-ctx.Done():
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return nil, errors.New("computerd did not start serving")
+}
+
+// peakRSSMiB is the daemon's peak resident set size.
+func (d *daemonProcess) peakRSSMiB() (float64, error) { return peakRSSOf(strconv.Itoa(d.cmd.Process.Pid)) }
+
+// token creates a token for tenant with the computerd binary bin.
+func (d *daemonProcess) token(ctx context.Context, bin, data, tenant string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "token", "create", "--data", data, tenant).Output()
+	if err != nil {
+		return "", fmt.Errorf("token create %s: %w", tenant, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// stop ends the daemon: gracefully (SIGTERM), or with SIGKILL.
+func (d *daemonProcess) stop(kill bool) error {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	d.cmd.Process.Signal(sig)
+	if kill {
+		// A computerd killed while the kernel waited on its own FUSE
+		// server for it cannot exit by itself; the next start frees it
+		// (it aborts those connections), so this does not wait long.
+		done := make(chan error, 1)
+		go func() { done <- d.cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+		}
+		return nil
+	}
+	return d.cmd.Wait()
+}
+
