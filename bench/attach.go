@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"computerd/client"
@@ -50,15 +49,12 @@ func runAttach(ctx context.Context, env *Env) error {
 	if os.Geteuid() != 0 {
 		return errors.New("attach suite needs root (computerd serve mounts its view)")
 	}
-	bin, err := buildTool(ctx, env.Dir, "computerd", "computerd/computerd")
+	setup, err := setupDaemon(ctx, env, "data", false)
 	if err != nil {
 		return err
 	}
-	data := filepath.Join(env.Dir, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		return err
-	}
-	d, err := startDaemonProcess(ctx, bin, "none", data)
+	data := setup.data
+	d, err := setup.start(ctx)
 	if err != nil {
 		return err
 	}
@@ -66,7 +62,7 @@ func runAttach(ctx context.Context, env *Env) error {
 		d.stop(false)
 		daemon.CleanupMounts(data)
 	}()
-	token, err := d.token(ctx, bin, data, "bench")
+	token, err := d.token(ctx, "bench")
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -239,19 +238,12 @@ func runLoad(ctx context.Context, env *Env) error {
 	if os.Geteuid() != 0 {
 		return errors.New("load suite needs root (execs run in containers)")
 	}
-	bin, err := buildTool(ctx, env.Dir, "computerd", "computerd/computerd")
+	setup, err := setupDaemon(ctx, env, "data", true)
 	if err != nil {
 		return err
 	}
-	helper, err := buildTool(ctx, env.Dir, "computerd-sandbox", "computerd/computerd/sandboxd")
-	if err != nil {
-		return err
-	}
-	data := filepath.Join(env.Dir, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		return err
-	}
-	d, err := startDaemonProcess(ctx, bin, helper, data)
+	data := setup.data
+	d, err := setup.start(ctx)
 	if err != nil {
 		return err
 	}
@@ -267,7 +259,7 @@ func runLoad(ctx context.Context, env *Env) error {
 	var tenants []*loadTenant
 	for i := range loadTenants {
 		name := fmt.Sprintf("tenant%d", i)
-		token, err := d.token(ctx, bin, data, name)
+		token, err := d.token(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -340,7 +332,7 @@ func runLoad(ctx context.Context, env *Env) error {
 	d.stop(true)
 	stopRound() // calls cut by the kill are neither counted nor acknowledged
 	<-round
-	d, err = startDaemonProcess(ctx, bin, helper, data)
+	d, err = setup.start(ctx)
 	if err != nil {
 		return fmt.Errorf("restart after SIGKILL: %w", err)
 	}

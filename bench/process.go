@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,16 +19,37 @@ import (
 // the suites that measure computerd as users run it: its own RSS, a
 // SIGKILL of it.
 type daemonProcess struct {
+	daemonSetup
 	cmd *exec.Cmd
 	url string
 }
 
+// daemonSetup is what computerd processes start from: the computerd
+// binary, its sandbox helper ("none": execs off) and a data directory.
+type daemonSetup struct{ bin, helper, data string }
+
+// setupDaemon builds computerd and, if sandboxed, its sandbox helper, and
+// makes data directory name in env.Dir.
+func setupDaemon(ctx context.Context, env *Env, name string, sandboxed bool) (daemonSetup, error) {
+	s := daemonSetup{helper: "none", data: filepath.Join(env.Dir, name)}
+	var err error
+	if s.bin, err = buildTool(ctx, env.Dir, "computerd", "computerd/computerd"); err != nil {
+		return s, err
+	}
+	if sandboxed {
+		if s.helper, err = buildTool(ctx, env.Dir, "computerd-sandbox", "computerd/computerd/sandboxd"); err != nil {
+			return s, err
+		}
+	}
+	return s, os.Mkdir(s.data, 0o700)
+}
+
 var servingRE = regexp.MustCompile(`api=(http://\S+)`)
 
-// startDaemonProcess starts computerd serve on dir and waits until it serves.
-func startDaemonProcess(ctx context.Context, bin, helper, dir string) (*daemonProcess, error) {
-	cmd := exec.Command(bin, "serve", "--data", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--sandbox-helper", helper)
+// start starts computerd serve on s's data directory and waits until it serves.
+func (s daemonSetup) start(ctx context.Context) (*daemonProcess, error) {
+	cmd := exec.Command(s.bin, "serve", "--data", s.data, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		"--sandbox-helper", s.helper)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -52,7 +75,7 @@ func startDaemonProcess(ctx context.Context, bin, helper, dir string) (*daemonPr
 	}()
 	select {
 	case u := <-urls:
-		return &daemonProcess{cmd: cmd, url: u}, nil
+		return &daemonProcess{daemonSetup: s, cmd: cmd, url: u}, nil
 	case last := <-ended:
 		cmd.Wait()
 		return nil, fmt.Errorf("computerd exited before serving: %s", strings.Join(last, "\n"))
@@ -65,11 +88,13 @@ func startDaemonProcess(ctx context.Context, bin, helper, dir string) (*daemonPr
 }
 
 // peakRSSMiB is the daemon's peak resident set size.
-func (d *daemonProcess) peakRSSMiB() (float64, error) { return peakRSSOf(strconv.Itoa(d.cmd.Process.Pid)) }
+func (d *daemonProcess) peakRSSMiB() (float64, error) {
+	return peakRSSOf(strconv.Itoa(d.cmd.Process.Pid))
+}
 
-// token creates a token for tenant with the computerd binary bin.
-func (d *daemonProcess) token(ctx context.Context, bin, data, tenant string) (string, error) {
-	out, err := exec.CommandContext(ctx, bin, "token", "create", "--data", data, tenant).Output()
+// token creates a token for tenant.
+func (d *daemonProcess) token(ctx context.Context, tenant string) (string, error) {
+	out, err := exec.CommandContext(ctx, d.bin, "token", "create", "--data", d.data, tenant).Output()
 	if err != nil {
 		return "", fmt.Errorf("token create %s: %w", tenant, err)
 	}
@@ -97,4 +122,3 @@ func (d *daemonProcess) stop(kill bool) error {
 	}
 	return d.cmd.Wait()
 }
-

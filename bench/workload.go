@@ -72,24 +72,17 @@ func runWorkload(ctx context.Context, env *Env) error {
 	if os.Geteuid() != 0 {
 		return errors.New("workload suite needs root (containers, FUSE, drop_caches)")
 	}
-	bin, err := buildTool(ctx, env.Dir, "computerd", "computerd/computerd")
+	setup, err := setupDaemon(ctx, env, "workload", true)
 	if err != nil {
 		return err
 	}
-	helper, err := buildTool(ctx, env.Dir, "computerd-sandbox", "computerd/computerd/sandboxd")
-	if err != nil {
-		return err
-	}
-	data := filepath.Join(env.Dir, "workload")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		return err
-	}
-	d, err := startDaemonProcess(ctx, bin, helper, data)
+	helper := setup.helper
+	d, err := setup.start(ctx)
 	if err != nil {
 		return err
 	}
 	defer d.stop(false)
-	token, err := d.token(ctx, bin, data, "bench")
+	token, err := d.token(ctx, "bench")
 	if err != nil {
 		return err
 	}
