@@ -46,7 +46,8 @@ func setupDaemon(ctx context.Context, env *Env, name string, sandboxed bool) (da
 
 var servingRE = regexp.MustCompile(`api=(http://\S+)`)
 
-// start starts computerd serve on s's data directory and waits until it serves.
+// start starts computerd serve on s's data directory and waits until it
+// serves. Its log goes to the data directory's name plus ".log".
 func (s daemonSetup) start(ctx context.Context) (*daemonProcess, error) {
 	cmd := exec.Command(s.bin, "serve", "--data", s.data, "--listen", "127.0.0.1:0", "--metrics-listen", "",
 		"--sandbox-helper", s.helper)
@@ -59,10 +60,18 @@ func (s daemonSetup) start(ctx context.Context) (*daemonProcess, error) {
 	}
 	urls := make(chan string, 1)
 	ended := make(chan []string, 1) // stderr closed: the process is gone; its last lines
+	logf, err := os.OpenFile(s.data+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
 	go func() {
+		defer logf.Close()
 		var last []string
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
 			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case urls <- m[1]:

@@ -634,8 +634,11 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, ld string) error {
 		return err
 	}
 	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("layer record: %w", err)
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Draft == 0 {
+		// Only a build that wrote the record in place could leave a
+		// part of one (a kill while writing it); the overlay is mounted
+		// after the whole record is written, so nothing was written.
+		return nil
 	}
 	d, err := st.WorkspaceByID(ctx, rec.Draft)
 	if errors.Is(err, core.ErrWorkspaceNotFound) {
@@ -671,9 +674,12 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, ld string) error {
 	return err
 }
 
-// writeFileSync writes a small file and makes it durable.
+// writeFileSync writes a small file and makes it durable. It is written
+// under another name and renamed into place, so that a process killed
+// meanwhile leaves no file, never a part of one.
 func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -681,7 +687,10 @@ func writeFileSync(path string, data []byte) error {
 	if err == nil {
 		err = f.Sync()
 	}
-	return errors.Join(err, f.Close())
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	return err
 }
 
 // Recovered reports what RecoverDrafts did with one draft.

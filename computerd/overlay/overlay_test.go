@@ -348,6 +348,21 @@ func TestRecoverCutRemoval(t *testing.T) {
 	}
 }
 
+// A layer whose record a kill cut short (as a build that wrote it in
+// place could leave) was never mounted: recovery removes it and goes on.
+func TestRecoverPartialRecord(t *testing.T) {
+	f := newFixture(t)
+	dir := filepath.Join(f.dir, "layers")
+	for name, rec := range map[string]string{"empty": "", "cut": `{"workspace":1,"ba`} {
+		must(t, os.MkdirAll(filepath.Join(dir, name, "upper"), 0o700))
+		must(t, os.WriteFile(filepath.Join(dir, name, "layer.json"), []byte(rec), 0o600))
+	}
+	must(t, overlay.Recover(bg, f.st, dir))
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("layers left after Recover: %v", left)
+	}
+}
+
 // TestRandomChanges applies random operations through an overlay and
 // checks, for every seed, that the committed tree is what the command saw.
 func TestRandomChanges(t *testing.T) {
