@@ -97,7 +97,7 @@ type Layer struct {
 // Open makes the layer's directories, a draft that pins the base revision
 // (and takes the changes if they cannot be delivered), and mounts the
 // overlay at Mountpoint.
-func Open(ctx context.Context, opt Options) (l *Layer, err error) {
+func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 	if opt.Store == nil || opt.View == nil {
 		return nil, fmt.Errorf("overlay: no store or view")
 	}
@@ -114,7 +114,7 @@ func Open(ctx context.Context, opt Options) (l *Layer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay: draft of %s: %w", ws.Name, err)
 	}
-	l = &Layer{opt: opt, ws: ws, base: base, draft: draft, target: draft.ID}
+	l := &Layer{opt: opt, ws: ws, base: base, draft: draft, target: draft.ID}
 	made := false
 	defer func() {
 		if err != nil {

@@ -524,3 +524,25 @@ echo new > new.txt && mkdir newdir && echo g > given.txt && chown 1000:1000 give
 		}
 	}
 }
+
+// An Open that fails once its draft exists (here: its volume cannot be
+// made) removes the draft and what it made, and returns the error.
+func TestOpenFailureCleansUp(t *testing.T) {
+	f := newFixture(t)
+	dir := filepath.Join(f.dir, "layers")
+	os.Mkdir(dir, 0o700)
+	notADir := filepath.Join(f.dir, "file")
+	must(t, os.WriteFile(notADir, nil, 0o600))
+	_, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID,
+		Dir: filepath.Join(dir, "x1"), Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: "x1"},
+		UpperSize: loopfs.MinSize, Volumes: &loopfs.Maker{Dir: filepath.Join(notADir, "templates")}})
+	if err == nil {
+		t.Fatal("Open with volumes that cannot be made: no error")
+	}
+	if drafts, err := f.st.Drafts(bg); err != nil || len(drafts) != 0 {
+		t.Fatalf("drafts after a failed Open: %v %v", drafts, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("layer directory after a failed Open: %v", err)
+	}
+}

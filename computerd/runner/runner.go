@@ -125,6 +125,10 @@ type Runner struct {
 	// (Dir/volumes), one per warm container.
 	volumes *loopfs.Maker
 	pool    *loopfs.Pool
+	// promised is the space given to execs whose volumes are still
+	// being made (see writeBound), under spaceMu.
+	spaceMu  sync.Mutex
+	promised int64
 
 	mu      sync.Mutex
 	running map[string]*run
@@ -424,7 +428,10 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	// A disk too full for the exec's writes refuses it before it is
 	// journaled, so that the same request (key included) runs once there
 	// is room; a retry of one that ran still gets its result.
-	size, err := r.writeBound(ctx, req.Tenant)
+	size, unpromise, err := r.writeBound(ctx, req.Tenant)
+	if err == nil {
+		defer unpromise() // the exec's volume is made (or not) below
+	}
 	if err != nil {
 		if req.Key != "" {
 			if rec, ferr := r.Store.ExecByKey(ctx, req.Tenant, req.Workspace.ID, req.Key); ferr == nil {
