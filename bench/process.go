@@ -26,7 +26,10 @@ type daemonProcess struct {
 
 // daemonSetup is what computerd processes start from: the computerd
 // binary, its sandbox helper ("none": execs off) and a data directory.
-type daemonSetup struct{ bin, helper, data string }
+type daemonSetup struct {
+	bin, helper, data string
+	args              []string // more flags of computerd serve
+}
 
 // setupDaemon builds computerd and, if sandboxed, its sandbox helper, and
 // makes data directory name in env.Dir.
@@ -49,8 +52,8 @@ var servingRE = regexp.MustCompile(`api=(http://\S+)`)
 // start starts computerd serve on s's data directory and waits until it
 // serves. Its log goes to the data directory's name plus ".log".
 func (s daemonSetup) start(ctx context.Context) (*daemonProcess, error) {
-	cmd := exec.Command(s.bin, "serve", "--data", s.data, "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--sandbox-helper", s.helper)
+	cmd := exec.Command(s.bin, append([]string{"serve", "--data", s.data, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		"--sandbox-helper", s.helper}, s.args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
