@@ -1014,3 +1014,53 @@ func closeOnExecFuse() {
 		}
 	}
 }
+
+// storeTail puts the last page of a file written through the mount into
+// the kernel's page cache (FUSE_NOTIFY_STORE), if that page is partial.
+//
+// Written through FUSE without the writeback cache, the kernel keeps the
+// pages a write covers whole, but not a partial one: it would READ the
+// last page of every file written (cp, an unpacked tree, a build's
+// outputs) the first time it is read, and on a read-write FUSE file
+// system every READ also drops the inode's atime, so the next stat asks
+// for the attributes again. Storing the page makes both passes of a later
+// grep cost no request. Only the bytes the mount holds are stored, and
+// they never reach past the size the kernel knows (the store would move
+// it otherwise). A write or truncate handled while the store was on its
+// way (it waits for the page's lock, which such a writer holds) makes it
+// stale: the page is then invalidated again at once.
+func (m *Mount) storeTail(nodeID uint64) {
+	page := int64(os.Getpagesize())
+	m.mu.Lock()
+	n := m.nodes[m.inoOf(nodeID)]
+	if n == nil || !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%page == 0 {
+		m.mu.Unlock()
+		return
+	}
+	off := n.size - n.size%page
+	idx := off / m.chunk
+	_, dirty := n.chunks[idx]
+	_, cached := n.cached[idx]
+	if !dirty && !cached {
+		// Not written through the mount: the kernel reads it when asked.
+		m.mu.Unlock()
+		return
+	}
+	buf := make([]byte, n.size-off)
+	if err := m.readAt(n, buf, off); err != nil {
+		m.mu.Unlock()
+		return
+	}
+	gen := n.gen
+	server := m.server
+	m.mu.Unlock()
+	if server.InodeNotifyStoreCache(nodeID, off, buf) != fuse.OK {
+		return
+	}
+	m.mu.Lock()
+	stale := n.gen != gen
+	m.mu.Unlock()
+	if stale {
+		server.InodeNotify(nodeID, off, int64(len(buf)))
+	}
+}

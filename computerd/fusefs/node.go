@@ -26,6 +26,7 @@ type node struct {
 	rdev                uint64 // device nodes
 
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
+	gen     uint64 // moves on every change of the file's bytes or size (see storeTail)
 
 	// Changes not yet flushed (the node is in Mount.touched).
 	created               bool            // made since the last flush: the log creates it
@@ -87,6 +88,7 @@ func (n *node) setStat(st core.Stat) {
 	n.srcLimit = n.size
 	n.file, n.src = nil, nil
 	n.children, n.listing = nil, nil
+	n.gen++
 }
 
 func (m *Mount) now() int64 { return time.Now().UnixNano() }
@@ -439,6 +441,7 @@ func (m *Mount) write(n *node, p []byte, off int64) error {
 	if off > n.size {
 		n.size = off
 	}
+	n.gen++
 	now := m.now()
 	n.mtime, n.ctime = now, now
 	m.touch(n)
@@ -467,6 +470,7 @@ func (m *Mount) truncate(n *node, size int64) error {
 	}
 	n.size = size
 	n.resized = true
+	n.gen++
 	now := m.now()
 	n.mtime, n.ctime = now, now
 	m.touch(n)

@@ -816,7 +816,10 @@ func (f *fsys) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 // mount's as soon as WRITE returns.
 func (f *fsys) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.ENOSYS }
 
-func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {}
+// Release comes only for files made by CREATE (OPEN answers ENOSYS): the
+// writer is done with it, so the kernel gets the file's last page (see
+// storeTail).
+func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) { f.m.storeTail(in.NodeId) }
 
 func (f *fsys) ReleaseDir(in *fuse.ReleaseIn) {}
 
