@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,8 +56,10 @@ type Options struct {
 	// they are committed, so reading back what was just written does not go
 	// to the database (default 256 MiB; negative: none).
 	CacheBytes int64
-	// Debug logs every FUSE request.
-	Debug bool
+	// Debug logs every FUSE request, to Logger (default: the standard
+	// logger).
+	Debug  bool
+	Logger *log.Logger
 	// At, if set, is dir opened (see MountPoint): the mount is made on it
 	// and removed through it, not through dir's path. Open takes it over
 	// (closes it when the mount ends, or when Open fails).
@@ -220,6 +223,7 @@ func (m *Mount) open(dir string) error {
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: true,
 		Debug:                    m.opt.Debug,
+		Logger:                   m.opt.Logger,
 	}
 	if at := m.opt.At; at != nil {
 		return m.openAt(at, opts)
@@ -708,7 +712,9 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 		}
 		m.keepCached(n)
 		n.created, n.dirtyMode, n.dirtyOwner, n.cut, n.resized = false, false, false, false, false
-		n.children = nil
+		// A changed directory keeps its entries: they are what was just
+		// committed, and listing it again (find or ls right after cp -r)
+		// then reads no database. Others' changes reload it (pull).
 		n.src, n.file = nil, nil
 		n.srcLimit = n.size
 		delete(m.touched, ino)

@@ -43,8 +43,9 @@ type node struct {
 	srcLimit int64
 
 	// Directories. children is every entry once the directory changed
-	// since the last flush (nil: as in the snapshot). cookies give entries
-	// readdir offsets that stay put while others come and go.
+	// (nil: as in the snapshot); it stays after a commit, which wrote
+	// those entries. cookies give entries readdir offsets that stay put
+	// while others come and go.
 	children   map[string]dent
 	cookies    map[string]uint64
 	nextCookie uint64

@@ -877,6 +877,16 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 			continue
 		}
 		n := m.nodes[e.ino]
+		if n != nil && n.lookups > 0 {
+			// The kernel holds this inode already (it was made or looked
+			// up through the mount, and its attributes are as fresh as
+			// the mount's invalidations keep them): the entry goes
+			// without them (node id 0), which the kernel takes as nothing
+			// to refresh. A listing right after cp -r then costs neither
+			// side a dentry update per entry.
+			hangs(d, e.name, n)
+			continue
+		}
 		if n == nil {
 			if stats == nil {
 				stats = m.dirStats(d)

@@ -1,0 +1,158 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"computerd/computerd/fusefs"
+)
+
+// requestCounter counts the FUSE requests in a mount's debug log
+// (Options.Debug, Options.Logger), by opcode.
+type requestCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newRequestCounter() *requestCounter { return &requestCounter{n: map[string]int{}} }
+
+// Write takes log lines; requests read "rx UNIQUE: OPCODE ...".
+func (c *requestCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, line := range bytes.Split(p, []byte("\n")) {
+		f := strings.Fields(string(line))
+		if len(f) >= 3 && f[0] == "rx" {
+			c.n[f[2]]++
+		}
+	}
+	return len(p), nil
+}
+
+// take returns the counts since the last take.
+func (c *requestCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// fileBytes is the content of test file i of the given size.
+func fileBytes(i, size int) []byte {
+	b := make([]byte, size)
+	for j := range b {
+		b[j] = byte(i + j*7 + j>>12)
+	}
+	return b
+}
+
+// TestReadBackWithoutRequests: files written through the mount read back
+// from the kernel's cache, partial last pages included (storeTail), so
+// neither the first pass nor the second sends a READ, and the second
+// (nothing read from the mount in the first, so no atime dropped) sends
+// nothing at all.
+func TestReadBackWithoutRequests(t *testing.T) {
+	c := newRequestCounter()
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, Debug: true, Logger: log.New(c, "", 0)})
+	sizes := []int{1, 100, 4095, 4096, 4097, 10_000, 300_000}
+	var paths []string
+	for d := range 3 {
+		sub := filepath.Join(dir, fmt.Sprintf("d%d", d))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, size := range sizes {
+			p := filepath.Join(sub, fmt.Sprintf("f%d", i))
+			if err := os.WriteFile(p, fileBytes(i, size), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, p)
+		}
+	}
+	if _, _, err := m.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	c.take()
+	for pass := 1; pass <= 2; pass++ {
+		for _, p := range paths {
+			got, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := int(p[len(p)-1] - '0')
+			if !bytes.Equal(got, fileBytes(i, sizes[i])) {
+				t.Fatalf("pass %d: %s reads wrong (%d bytes)", pass, p, len(got))
+			}
+		}
+		n := c.take()
+		if n["READ"] != 0 {
+			t.Errorf("pass %d: %d READs for %d files written through the mount (%v)", pass, n["READ"], len(paths), n)
+		}
+		if pass == 2 && len(n) != 0 {
+			t.Errorf("pass 2: requests %v, want none", n)
+		}
+	}
+}
+
+// TestStoredTailFollowsWrites: the last page handed to the kernel on
+// close is replaced by later writes, appends, truncates and writes
+// through descriptors still open, as on any file.
+func TestStoredTailFollowsWrites(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	p := filepath.Join(dir, "f")
+	want := func(step, data string) {
+		t.Helper()
+		if got := mustRead(t, p); got != data {
+			t.Fatalf("%s: read %q, want %q", step, got, data)
+		}
+	}
+	mustWrite(t, p, "hello")
+	want("create", "hello")
+	a, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.WriteString(" world")
+	a.Close()
+	want("append", "hello world")
+	if err := os.Truncate(p, 3); err != nil {
+		t.Fatal(err)
+	}
+	want("truncate", "hel")
+	// A descriptor made by create stays open while another writes; its
+	// close stores the page as it is then.
+	b, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.WriteAt([]byte("X"), 6)
+	b.WriteAt([]byte("p"), 3)
+	want("two writers", "help\x00\x00X")
+	b.Close()
+	want("close of one", "help\x00\x00X")
+	o.WriteAt([]byte("me"), 4)
+	o.Close()
+	want("close of the other", "helpmeX")
+	if _, _, err := m.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	want("commit", "helpmeX")
+	if got, _ := storeFile(t, st, w.ID, "f"); got != "helpmeX" {
+		t.Fatalf("committed %q", got)
+	}
+}
