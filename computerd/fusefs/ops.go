@@ -877,16 +877,6 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 			continue
 		}
 		n := m.nodes[e.ino]
-		if n != nil && n.lookups > 0 {
-			// The kernel holds this inode already (it was made or looked
-			// up through the mount, and its attributes are as fresh as
-			// the mount's invalidations keep them): the entry goes
-			// without them (node id 0), which the kernel takes as nothing
-			// to refresh. A listing right after cp -r then costs neither
-			// side a dentry update per entry.
-			hangs(d, e.name, n)
-			continue
-		}
 		if n == nil {
 			if stats == nil {
 				stats = m.dirStats(d)
@@ -898,6 +888,10 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 				continue // gone meanwhile: the entry goes without attributes
 			}
 		}
+		// Attributes go with every entry, also for inodes the kernel
+		// holds already: they refresh what writes and reads made it drop
+		// (size and times after a WRITE, atime after a READ or a listing),
+		// which would otherwise cost a GETATTR per file at the next stat.
 		hangs(d, e.name, n)
 		n.lookups++
 		m.fillEntry(n, eo)
