@@ -2,13 +2,17 @@ package fusefs_test
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"computerd/computerd/fusefs"
 )
@@ -154,5 +158,78 @@ func TestStoredTailFollowsWrites(t *testing.T) {
 	want("commit", "helpmeX")
 	if got, _ := storeFile(t, st, w.ID, "f"); got != "helpmeX" {
 		t.Fatalf("committed %q", got)
+	}
+}
+
+var requestsSrc = flag.String("requests-src", "", "a tree to copy in for TestRequestsPerPass (e.g. $(go env GOROOT)/src)")
+
+// TestRequestsPerPass logs the FUSE requests, by opcode, that the fuse
+// bench's passes send: cp -r of a tree (-requests-src) into a mount, a
+// commit, find and grep -r twice each, then the same on a fresh mount
+// with the kernel's caches dropped. docs/FUSE.md has the figures.
+//
+//	go test ./computerd/fusefs -run TestRequestsPerPass -v -args -requests-src=$(go env GOROOT)/src
+func TestRequestsPerPass(t *testing.T) {
+	if *requestsSrc == "" {
+		t.Skip("needs -requests-src")
+	}
+	c := newRequestCounter()
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	opt := fusefs.Options{Store: st, Workspace: w.ID, Debug: true, Logger: log.New(c, "", 0), QuietPeriod: -1}
+	m, dir := MustMount(t, opt)
+	src := filepath.Join(dir, "src")
+	run := func(name string, args ...string) func() {
+		return func() {
+			out, err := exec.Command(name, args...).CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); ok && name == "grep" && ee.ExitCode() == 1 {
+				err = nil // nothing found: everything was read
+			}
+			if err != nil {
+				t.Fatalf("%s %v: %v: %s", name, args, err, out)
+			}
+		}
+	}
+	phase := func(label string, f func()) {
+		c.take()
+		start := time.Now()
+		f()
+		d := time.Since(start)
+		n := c.take()
+		var ops []string
+		for op := range n {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		var b strings.Builder
+		for _, op := range ops {
+			fmt.Fprintf(&b, " %s=%d", op, n[op])
+		}
+		t.Logf("%-18s %6.3fs%s", label, d.Seconds(), b.String())
+	}
+	find := run("sh", "-c", "find "+src+" | wc -l")
+	grep := run("grep", "-r", "-q", "zq-absent-string-qz", src)
+	phase("cp -r", run("cp", "-r", *requestsSrc, src))
+	phase("commit", func() {
+		if _, _, err := m.Commit(bg); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, scenario := range []string{"after_write", "fresh"} {
+		if scenario == "fresh" {
+			if err := m.Unmount(bg); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if m, err = fusefs.Open(dir, opt); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Unmount(bg) })
+			os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+		}
+		phase("find "+scenario+" 1", find)
+		phase("find "+scenario+" 2", find)
+		phase("grep "+scenario+" 1", grep)
+		phase("grep "+scenario+" 2", grep)
 	}
 }
