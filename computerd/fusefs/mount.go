@@ -134,9 +134,10 @@ type Mount struct {
 	cacheMax   int // slots
 	nextChunk  int
 	closed     bool
-	lastErr    error // of the last commit made by the quiet timer
-	left       int64 // Remaining's answer at the last commit
-	written    int64 // bytes written since the last commit
+	lastErr    error  // of the last commit made by the quiet timer
+	left       int64  // Remaining's answer at the last commit
+	written    int64  // bytes written since the last commit
+	lastFh     uint64 // the last file handle given to a descriptor that made a file
 
 }
 
@@ -1021,8 +1022,10 @@ func closeOnExecFuse() {
 	}
 }
 
-// storeTail puts the last page of a file written through the mount into
-// the kernel's page cache (FUSE_NOTIFY_STORE), if that page is partial.
+// storeTail puts the last page of a file made and written through the
+// mount into the kernel's page cache (FUSE_NOTIFY_STORE) when the
+// descriptor that made it (file handle fh) is closed, if that page is
+// partial.
 //
 // Written through FUSE without the writeback cache, the kernel keeps the
 // pages a write covers whole, but not a partial one: it would READ the
@@ -1034,21 +1037,28 @@ func closeOnExecFuse() {
 // they never reach past the size the kernel knows (the store would move
 // it otherwise). A write or truncate handled while the store was on its
 // way (it waits for the page's lock, which such a writer holds) makes it
-// stale: the page is then invalidated again at once.
-func (m *Mount) storeTail(nodeID uint64) {
+// stale: the page is then invalidated again at once. The store replaces
+// the page whatever the kernel holds in it, so it is made only when the
+// maker's descriptor is closed: a page dirtied meanwhile through another
+// process's shared writable mapping of that new file's partial last page
+// would be overwritten (docs/FUSE.md).
+func (m *Mount) storeTail(nodeID, fh uint64) {
 	page := int64(os.Getpagesize())
 	m.mu.Lock()
 	n := m.nodes[m.inoOf(nodeID)]
-	if n == nil || !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%page == 0 {
+	if n == nil || n.creator != fh {
+		m.mu.Unlock()
+		return
+	}
+	n.creator = 0
+	if !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%page == 0 {
 		m.mu.Unlock()
 		return
 	}
 	off := n.size - n.size%page
-	idx := off / m.chunk
-	_, dirty := n.chunks[idx]
-	_, cached := n.cached[idx]
+	_, dirty := n.chunks[off/m.chunk]
+	_, cached := n.cached[off/m.chunk] // committed meanwhile (RELEASE comes late)
 	if !dirty && !cached {
-		// Not written through the mount: the kernel reads it when asked.
 		m.mu.Unlock()
 		return
 	}

@@ -27,6 +27,7 @@ type node struct {
 
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
 	gen     uint64 // moves on every change of the file's bytes or size (see storeTail)
+	creator uint64 // the file handle of the descriptor that made the file, while open
 
 	// Changes not yet flushed (the node is in Mount.touched).
 	created               bool            // made since the last flush: the log creates it

@@ -386,6 +386,11 @@ func (f *fsys) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fu
 		return errno(err)
 	} else if n, err = m.create(d, name, in.Mode, in.Caller); err != nil {
 		return errno(err)
+	} else {
+		// The descriptor that made the file: its RELEASE stores the last page.
+		m.lastFh++
+		n.creator = m.lastFh
+		out.OpenOut.Fh = n.creator
 	}
 	m.fillEntry(n, &out.EntryOut)
 	out.OpenOut.OpenFlags = fuse.FOPEN_KEEP_CACHE
@@ -816,10 +821,14 @@ func (f *fsys) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 // mount's as soon as WRITE returns.
 func (f *fsys) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.ENOSYS }
 
-// Release comes only for files made by CREATE (OPEN answers ENOSYS): the
-// writer is done with it, so the kernel gets the file's last page (see
-// storeTail).
-func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) { f.m.storeTail(in.NodeId) }
+// Release comes only for descriptors opened by CREATE (OPEN answers
+// ENOSYS). When the one that made the file is closed, the kernel gets the
+// file's last page (see storeTail).
+func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.Fh != 0 {
+		f.m.storeTail(in.NodeId, in.Fh)
+	}
+}
 
 func (f *fsys) ReleaseDir(in *fuse.ReleaseIn) {}
 
