@@ -1039,9 +1039,10 @@ func closeOnExecFuse() {
 // way (it waits for the page's lock, which such a writer holds) makes it
 // stale: the page is then invalidated again at once. The store replaces
 // the page whatever the kernel holds in it, so it is made only when the
-// maker's descriptor is closed: a page dirtied meanwhile through another
-// process's shared writable mapping of that new file's partial last page
-// would be overwritten (docs/FUSE.md).
+// maker's descriptor is closed: the partial last page of the new file,
+// dirtied meanwhile through a shared writable mapping made through
+// another descriptor and not yet written back, would be overwritten
+// (docs/FUSE.md).
 func (m *Mount) storeTail(nodeID, fh uint64) {
 	page := int64(os.Getpagesize())
 	m.mu.Lock()
