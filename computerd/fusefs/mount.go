@@ -104,6 +104,7 @@ type Mount struct {
 	server   *fuse.Server
 	dev      uint64 // the mount's device number: its FUSE connection is minor(dev)
 	chunk    int64
+	page     int64 // the kernel's page size
 	ttl      time.Duration
 	quiet    time.Duration
 
@@ -153,7 +154,7 @@ func Open(dir string, opt Options) (*Mount, error) {
 	// The mount's own context, for the requests the kernel sends it:
 	// Unmount cancels it once the server and bg have ended.
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(),
+	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(), page: int64(os.Getpagesize()),
 		ttl: opt.CacheTimeout, quiet: opt.QuietPeriod, nodes: map[uint64]*node{}, touched: map[uint64]*node{}}
 	if m.ttl <= 0 {
 		m.ttl = 24 * time.Hour
@@ -1037,14 +1038,15 @@ func closeOnExecFuse() {
 // they never reach past the size the kernel knows (the store would move
 // it otherwise). A write or truncate handled while the store was on its
 // way (it waits for the page's lock, which such a writer holds) makes it
-// stale: the page is then invalidated again at once. The store replaces
-// the page whatever the kernel holds in it, so it is made only when the
-// maker's descriptor is closed: the partial last page of the new file,
-// dirtied meanwhile through a shared writable mapping made through
-// another descriptor and not yet written back, would be overwritten
-// (docs/FUSE.md).
+// stale: the page is then invalidated again at once.
+//
+// The store replaces the page whatever the kernel holds in it, so it is
+// made only while the kernel cannot hold that page whole (node.tailKept):
+// a shared mapping can write into the page only once the kernel has it
+// whole, which for a page written in part takes a READ, and a READ of the
+// page cancels the store. What is left is a mapping's first fault on the
+// page racing with the maker's close (docs/FUSE.md).
 func (m *Mount) storeTail(nodeID, fh uint64) {
-	page := int64(os.Getpagesize())
 	m.mu.Lock()
 	n := m.nodes[m.inoOf(nodeID)]
 	if n == nil || n.creator != fh {
@@ -1052,11 +1054,11 @@ func (m *Mount) storeTail(nodeID, fh uint64) {
 		return
 	}
 	n.creator = 0
-	if !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%page == 0 {
+	if !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%m.page == 0 || n.tailKept {
 		m.mu.Unlock()
 		return
 	}
-	off := n.size - n.size%page
+	off := n.size - n.size%m.page
 	_, dirty := n.chunks[off/m.chunk]
 	_, cached := n.cached[off/m.chunk] // committed meanwhile (RELEASE comes late)
 	if !dirty && !cached {
@@ -1076,8 +1078,19 @@ func (m *Mount) storeTail(nodeID, fh uint64) {
 	}
 	m.mu.Lock()
 	stale := n.gen != gen
+	if !stale {
+		n.tailKept = true
+	}
 	m.mu.Unlock()
 	if stale {
 		server.InodeNotify(nodeID, off, int64(len(buf)))
+	}
+}
+
+// readTail notes a READ of [off, end) of n: if it reaches the partial
+// last page, the kernel now holds that page whole. m.mu is held.
+func (m *Mount) readTail(n *node, end int64) {
+	if n.size%m.page != 0 && end > n.size-n.size%m.page {
+		n.tailKept = true
 	}
 }

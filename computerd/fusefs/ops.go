@@ -696,6 +696,7 @@ func (f *fsys) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadRe
 		return fuse.ReadResultData(nil), fuse.OK
 	}
 	k := min(int64(len(buf)), int64(in.Size), n.size-off)
+	m.readTail(n, off+k)
 	if file := m.wholeCleanChunks(n, off, k); file != nil {
 		// Whole committed chunks (sequential reads): read them without
 		// the lock, so reads of several files, or read-ahead, overlap.

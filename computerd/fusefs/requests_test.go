@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"computerd/computerd/fusefs"
 )
 
@@ -231,5 +233,49 @@ func TestRequestsPerPass(t *testing.T) {
 		phase("find "+scenario+" 2", find)
 		phase("grep "+scenario+" 1", grep)
 		phase("grep "+scenario+" 2", grep)
+	}
+}
+
+// TestStoreLeavesMappedWritesAlone: bytes written through a shared
+// mapping into a new file's partial last page survive the close of the
+// descriptor that made the file. (Mapping the page READs it, which
+// cancels the store; on this kernel the mapped page was also written back
+// before the maker's RELEASE came, so the store would have carried the
+// mapped bytes anyway.)
+func TestStoreLeavesMappedWritesAlone(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	_, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID})
+	// A first close has the kernel learn that FLUSH is not implemented;
+	// from then on a close writes back nothing, mapped pages included.
+	mustWrite(t, filepath.Join(dir, "first"), "x")
+	p := filepath.Join(dir, "f")
+	maker, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := maker.WriteString("0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, 10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(mem[2:], "ab")
+	maker.Close()
+	time.Sleep(50 * time.Millisecond) // RELEASE is sent after close returns
+	if got := string(mem); got != "01ab456789" {
+		t.Fatalf("mapping reads %q after the maker's close", got)
+	}
+	if err := unix.Munmap(mem); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, p); got != "01ab456789" {
+		t.Fatalf("file reads %q", got)
 	}
 }
