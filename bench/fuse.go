@@ -9,14 +9,16 @@ package main
 //  1. cp_r: cp -r of the source tree (-src) into the mount.
 //  2. find and grep -r (for an absent string) over the copy, twice each,
 //     single passes as a user meets them: right after cp_r
-//     (after_write_pass1/2: on a read-write FUSE mount the first pass
-//     reads the partial last page of every file written, the kernel
-//     caching only whole pages written through it, and each such READ
-//     drops the file's cached atime, so the next fstat asks for attributes
-//     again), then freshly mounted (fresh_pass1/2: the computerd mount is
-//     unmounted and mounted again, and the page, dentry and inode caches
-//     are dropped before each target's first pass, so every target starts
-//     cold). Bars: pass 1 <= 2x ext4, pass 2 <= 1.2x ext4.
+//     (after_write_pass1/2: through FUSE the kernel caches only whole
+//     pages of what is written, so the first pass READs the partial last
+//     page of every file, and on a read-write FUSE mount each READ, and
+//     each listing read from the server, drops the inode's cached atime,
+//     so the next stat asks for attributes again; fusefs stores the last
+//     page itself when a file's maker closes it), then freshly mounted
+//     (fresh_pass1/2: the computerd mount is unmounted and mounted again,
+//     and the page, dentry and inode caches are dropped before each
+//     target's first pass, so every target starts cold). Bars: pass 1 <=
+//     2x ext4, pass 2 <= 1.2x ext4.
 //  3. git_add_commit: git add -A && git commit in the copy (after git init).
 //  4. create_stat_unlink: 10k empty files created, then stat'ed, then unlinked.
 //  5. seq_write: a 256 MiB file written sequentially in 1 MiB writes.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,8 +56,10 @@ type Options struct {
 	// they are committed, so reading back what was just written does not go
 	// to the database (default 256 MiB; negative: none).
 	CacheBytes int64
-	// Debug logs every FUSE request.
-	Debug bool
+	// Debug logs every FUSE request, to Logger (default: the standard
+	// logger).
+	Debug  bool
+	Logger *log.Logger
 	// At, if set, is dir opened (see MountPoint): the mount is made on it
 	// and removed through it, not through dir's path. Open takes it over
 	// (closes it when the mount ends, or when Open fails).
@@ -101,6 +104,7 @@ type Mount struct {
 	server   *fuse.Server
 	dev      uint64 // the mount's device number: its FUSE connection is minor(dev)
 	chunk    int64
+	page     int64 // the kernel's page size
 	ttl      time.Duration
 	quiet    time.Duration
 
@@ -131,9 +135,10 @@ type Mount struct {
 	cacheMax   int // slots
 	nextChunk  int
 	closed     bool
-	lastErr    error // of the last commit made by the quiet timer
-	left       int64 // Remaining's answer at the last commit
-	written    int64 // bytes written since the last commit
+	lastErr    error  // of the last commit made by the quiet timer
+	left       int64  // Remaining's answer at the last commit
+	written    int64  // bytes written since the last commit
+	lastFh     uint64 // the last file handle given to a descriptor that made a file
 
 }
 
@@ -149,7 +154,7 @@ func Open(dir string, opt Options) (*Mount, error) {
 	// The mount's own context, for the requests the kernel sends it:
 	// Unmount cancels it once the server and bg have ended.
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(),
+	m := &Mount{mountDir: dir, opt: opt, st: opt.Store, ctx: ctx, cancel: cancel, chunk: opt.Store.ChunkSizeBytes(), page: int64(os.Getpagesize()),
 		ttl: opt.CacheTimeout, quiet: opt.QuietPeriod, nodes: map[uint64]*node{}, touched: map[uint64]*node{}}
 	if m.ttl <= 0 {
 		m.ttl = 24 * time.Hour
@@ -220,6 +225,7 @@ func (m *Mount) open(dir string) error {
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: true,
 		Debug:                    m.opt.Debug,
+		Logger:                   m.opt.Logger,
 	}
 	if at := m.opt.At; at != nil {
 		return m.openAt(at, opts)
@@ -708,7 +714,9 @@ func (m *Mount) settle(snap *fsstore.Snapshot) {
 		}
 		m.keepCached(n)
 		n.created, n.dirtyMode, n.dirtyOwner, n.cut, n.resized = false, false, false, false, false
-		n.children = nil
+		// A changed directory keeps its entries: they are what was just
+		// committed, and listing it again (find or ls right after cp -r)
+		// then reads no database. Others' changes reload it (pull).
 		n.src, n.file = nil, nil
 		n.srcLimit = n.size
 		delete(m.touched, ino)
@@ -1012,5 +1020,77 @@ func closeOnExecFuse() {
 		if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && target == "/dev/fuse" {
 			unix.CloseOnExec(fd)
 		}
+	}
+}
+
+// storeTail puts the last page of a file made and written through the
+// mount into the kernel's page cache (FUSE_NOTIFY_STORE) when the
+// descriptor that made it (file handle fh) is closed, if that page is
+// partial.
+//
+// Written through FUSE without the writeback cache, the kernel keeps the
+// pages a write covers whole, but not a partial one: it would READ the
+// last page of every file written (cp, an unpacked tree, a build's
+// outputs) the first time it is read, and on a read-write FUSE file
+// system every READ also drops the inode's atime, so the next stat asks
+// for the attributes again. Storing the page makes both passes of a later
+// grep cost no request. Only the bytes the mount holds are stored, and
+// they never reach past the size the kernel knows (the store would move
+// it otherwise). A write or truncate handled while the store was on its
+// way (it waits for the page's lock, which such a writer holds) makes it
+// stale: the page is then invalidated again at once.
+//
+// The store replaces the page whatever the kernel holds in it, so it is
+// made only while the kernel cannot hold that page whole (node.tailKept):
+// a shared mapping can write into the page only once the kernel has it
+// whole, which for a page written in part takes a READ, and a READ of the
+// page cancels the store. What is left is a mapping's first fault on the
+// page racing with the maker's close (docs/FUSE.md).
+func (m *Mount) storeTail(nodeID, fh uint64) {
+	m.mu.Lock()
+	n := m.nodes[m.inoOf(nodeID)]
+	if n == nil || n.creator != fh {
+		m.mu.Unlock()
+		return
+	}
+	n.creator = 0
+	if !n.isReg() || n.nlink == 0 || m.server == nil || m.closed || n.size%m.page == 0 || n.tailKept {
+		m.mu.Unlock()
+		return
+	}
+	off := n.size - n.size%m.page
+	_, dirty := n.chunks[off/m.chunk]
+	_, cached := n.cached[off/m.chunk] // committed meanwhile (RELEASE comes late)
+	if !dirty && !cached {
+		m.mu.Unlock()
+		return
+	}
+	buf := make([]byte, n.size-off)
+	if err := m.readAt(n, buf, off); err != nil {
+		m.mu.Unlock()
+		return
+	}
+	gen := n.gen
+	server := m.server
+	m.mu.Unlock()
+	if server.InodeNotifyStoreCache(nodeID, off, buf) != fuse.OK {
+		return
+	}
+	m.mu.Lock()
+	stale := n.gen != gen
+	if !stale {
+		n.tailKept = true
+	}
+	m.mu.Unlock()
+	if stale {
+		server.InodeNotify(nodeID, off, int64(len(buf)))
+	}
+}
+
+// readTail notes a READ of [off, end) of n: if it reaches the partial
+// last page, the kernel now holds that page whole. m.mu is held.
+func (m *Mount) readTail(n *node, end int64) {
+	if n.size%m.page != 0 && end > n.size-n.size%m.page {
+		n.tailKept = true
 	}
 }

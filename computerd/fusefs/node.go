@@ -26,6 +26,14 @@ type node struct {
 	rdev                uint64 // device nodes
 
 	lookups uint64 // references the kernel holds (LOOKUP minus FORGET)
+	gen     uint64 // moves on every change of the file's bytes or size (see storeTail)
+	creator uint64 // the file handle of the descriptor that made the file, while open
+	// tailKept: the kernel may hold the file's partial last page whole
+	// (read through the mount, stored, or kept through a truncate or
+	// others' change), so a shared mapping may have written into it:
+	// storeTail leaves it alone. A write that moves the end of the file
+	// into another page clears it (written in part, that page is not whole).
+	tailKept bool
 
 	// Changes not yet flushed (the node is in Mount.touched).
 	created               bool            // made since the last flush: the log creates it
@@ -42,8 +50,9 @@ type node struct {
 	srcLimit int64
 
 	// Directories. children is every entry once the directory changed
-	// since the last flush (nil: as in the snapshot). cookies give entries
-	// readdir offsets that stay put while others come and go.
+	// (nil: as in the snapshot); it stays after a commit, which wrote
+	// those entries. cookies give entries readdir offsets that stay put
+	// while others come and go.
 	children   map[string]dent
 	cookies    map[string]uint64
 	nextCookie uint64
@@ -87,6 +96,8 @@ func (n *node) setStat(st core.Stat) {
 	n.srcLimit = n.size
 	n.file, n.src = nil, nil
 	n.children, n.listing = nil, nil
+	n.gen++
+	n.tailKept = true
 }
 
 func (m *Mount) now() int64 { return time.Now().UnixNano() }
@@ -437,8 +448,12 @@ func (m *Mount) write(n *node, p []byte, off int64) error {
 		p, off = p[k:], off+k
 	}
 	if off > n.size {
+		if (off-1)/m.page != (n.size-1)/m.page || n.size == 0 {
+			n.tailKept = false // a new last page
+		}
 		n.size = off
 	}
+	n.gen++
 	now := m.now()
 	n.mtime, n.ctime = now, now
 	m.touch(n)
@@ -467,6 +482,8 @@ func (m *Mount) truncate(n *node, size int64) error {
 	}
 	n.size = size
 	n.resized = true
+	n.gen++
+	n.tailKept = true
 	now := m.now()
 	n.mtime, n.ctime = now, now
 	m.touch(n)

@@ -386,6 +386,11 @@ func (f *fsys) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fu
 		return errno(err)
 	} else if n, err = m.create(d, name, in.Mode, in.Caller); err != nil {
 		return errno(err)
+	} else {
+		// The descriptor that made the file: its RELEASE stores the last page.
+		m.lastFh++
+		n.creator = m.lastFh
+		out.OpenOut.Fh = n.creator
 	}
 	m.fillEntry(n, &out.EntryOut)
 	out.OpenOut.OpenFlags = fuse.FOPEN_KEEP_CACHE
@@ -691,6 +696,7 @@ func (f *fsys) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadRe
 		return fuse.ReadResultData(nil), fuse.OK
 	}
 	k := min(int64(len(buf)), int64(in.Size), n.size-off)
+	m.readTail(n, off+k)
 	if file := m.wholeCleanChunks(n, off, k); file != nil {
 		// Whole committed chunks (sequential reads): read them without
 		// the lock, so reads of several files, or read-ahead, overlap.
@@ -816,7 +822,14 @@ func (f *fsys) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 // mount's as soon as WRITE returns.
 func (f *fsys) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.ENOSYS }
 
-func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {}
+// Release comes only for descriptors opened by CREATE (OPEN answers
+// ENOSYS). When the one that made the file is closed, the kernel gets the
+// file's last page (see storeTail).
+func (f *fsys) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.Fh != 0 {
+		f.m.storeTail(in.NodeId, in.Fh)
+	}
+}
 
 func (f *fsys) ReleaseDir(in *fuse.ReleaseIn) {}
 
@@ -885,6 +898,10 @@ func (f *fsys) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.
 				continue // gone meanwhile: the entry goes without attributes
 			}
 		}
+		// Attributes go with every entry, also for inodes the kernel
+		// holds already: they refresh what writes and reads made it drop
+		// (size and times after a WRITE, atime after a READ or a listing),
+		// which would otherwise cost a GETATTR per file at the next stat.
 		hangs(d, e.name, n)
 		n.lookups++
 		m.fillEntry(n, eo)
