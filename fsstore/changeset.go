@@ -307,18 +307,15 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]core.Op
 		if err != nil {
 			return err
 		}
-		d := &differ{va: v, vb: v, cs: v.cs}
-		if err := d.created(in, []string{q}); err != nil {
-			return err
-		}
-		for _, op := range d.ops { // the add, then its attributes
+		d := &differ{va: v, vb: v, cs: v.cs, sink: func(op core.Op) error { // the add, then its attributes
 			if opPhase(op.Kind) == opPhase(core.OpUtimes) {
 				times = append(times, op)
 			} else {
 				ops = append(ops, op)
 			}
-		}
-		return nil
+			return nil
+		}}
+		return d.created(in, []string{q})
 	})
 	return append(append(ops, links...), times...), err
 }

@@ -20,6 +20,7 @@ import (
 	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
+	"computerd/internal/testheap"
 	"computerd/wire"
 )
 
@@ -249,7 +250,7 @@ func TestBoundListings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var size int64
-			grew := heapGrowth(func() { size, _ = get(tc.path) })
+			grew := testheap.Growth(func() { size, _ = get(tc.path) })
 			t.Logf("%s: %.1f MiB answered, heap grew %.1f MiB", tc.name, float64(size)/(1<<20), float64(grew)/(1<<20))
 			if bound := tc.bound; grew > bound {
 				t.Fatalf("heap grew %.1f MiB for an answer of %.1f MiB, want under %.1f MiB", float64(grew)/(1<<20), float64(size)/(1<<20), float64(tc.bound)/(1<<20))
