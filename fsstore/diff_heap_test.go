@@ -2,6 +2,7 @@ package fsstore_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -11,10 +12,12 @@ import (
 	"computerd/internal/testheap"
 )
 
-// manyChanges commits n small files, 1,000 to a directory, as revision 2
-// of a new workspace of s in one commit, and returns the
-// workspace: Diff(1, 2) is n creates and n/1000 mkdirs, Diff(2, 1) as
-// many deletes.
+// diffOps sizes TestDiffHeap: go test ./fsstore -run TestDiffHeap -v -diff-ops 1000000
+var diffOps = flag.Int("diff-ops", 200_000, "files TestDiffHeap's diffs create and delete")
+
+// manyChanges commits n small files, 1,000 to a directory, in commits of
+// up to 100,000 to a new workspace of s, and returns the workspace: Diff(1,
+// head) is n creates and n/1000 mkdirs, Diff(head, 1) as many deletes.
 func manyChanges(tb testing.TB, s *fsstore.Store, n int) core.Workspace {
 	tb.Helper()
 	ctx := context.Background()
@@ -28,9 +31,14 @@ func manyChanges(tb testing.TB, s *fsstore.Store, n int) core.Workspace {
 			b.Mkdir(fmt.Sprintf("d%04d", i/1000), 0o755)
 		}
 		b.WriteFile(fmt.Sprintf("d%04d/file-%07d.txt", i/1000, i), fmt.Appendf(nil, "file %d\n", i), 0o644)
-	}
-	if _, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{}); err != nil {
-		tb.Fatal(err)
+		if len(b.Ops) >= 100_000 || i == n-1 {
+			rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			w.Head = rev.Rev
+			b = core.Batch{}
+		}
 	}
 	return w
 }
@@ -38,7 +46,7 @@ func manyChanges(tb testing.TB, s *fsstore.Store, n int) core.Workspace {
 // A diff of many changes holds a bounded amount of heap: its ops go to
 // disk past a few MiB, in their order, and come back one at a time.
 func TestDiffHeap(t *testing.T) {
-	n := 200_000
+	n := *diffOps
 	if testing.Short() {
 		n = 20_000
 	}
@@ -54,8 +62,8 @@ func TestDiffHeap(t *testing.T) {
 		from, to int64
 		kind     core.OpKind
 	}{
-		{"creates", 1, 2, core.OpCreate},
-		{"deletes", 2, 1, core.OpDelete},
+		{"creates", 1, w.Head, core.OpCreate},
+		{"deletes", w.Head, 1, core.OpDelete},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ops, kind int

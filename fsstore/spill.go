@@ -35,10 +35,12 @@ type spill struct {
 type spillRun struct{ off, len int64 }
 
 // spillRunBytes is how many bytes of records a spill holds in memory.
-const spillRunBytes = 4 << 20
+const spillRunBytes = 2 << 20
 
-// spillReadBuffer is the read buffer of each run while runs merge.
-const spillReadBuffer = 32 << 10
+// spillReadBuffer is the read buffer of each run while runs merge: the
+// memory of a merge is this for every spillRunBytes of records (under 1%
+// of what the spill holds on disk; 1 MiB for 128 MiB of records).
+const spillReadBuffer = 16 << 10
 
 func newSpill(dir string) *spill { return &spill{dir: dir} }
 
@@ -53,6 +55,10 @@ func (s *spill) add(rec []byte) error {
 	if len(s.offs) > 0 && len(s.run)+len(rec)+binary.MaxVarintLen32 > spillRunBytes {
 		if err := s.flush(); err != nil {
 			return err
+		}
+		if cap(s.run) < spillRunBytes {
+			// The runs to come are full ones: no more growing by appending.
+			s.run = make([]byte, 0, spillRunBytes)
 		}
 	}
 	s.offs = append(s.offs, int32(len(s.run)))

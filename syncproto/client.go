@@ -258,7 +258,7 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 		enc := NewEncoder(pw)
 		err := enc.Header(hdr)
 		if err == nil {
-			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs, nil)
+			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs)
 		}
 		if err == nil {
 			err = enc.Changeset(cs)
