@@ -127,10 +127,15 @@ func (c chunkSource) read(ctx context.Context, p string, ref core.ChunkRef, buf 
 	return buf, nil
 }
 
-// contentRefs lists the chunk refs of a changeset's content ops, with the
-// path to read each from.
-func contentRefs(cs *core.Changeset, fn func(p string, ref core.ChunkRef) error) error {
-	for _, op := range cs.Ops {
+// contentRefs lists the chunk refs of a changeset's content ops (a
+// []core.Op as a core.Changeset holds them, or a stream's PackedOps), with
+// the path to read each from.
+func contentRefs(ops interface {
+	Len() int
+	Op(i int) core.Op
+}, fn func(p string, ref core.ChunkRef) error) error {
+	for i := range ops.Len() {
+		op := ops.Op(i)
 		if op.Content == nil {
 			continue
 		}
@@ -145,6 +150,12 @@ func contentRefs(cs *core.Changeset, fn func(p string, ref core.ChunkRef) error)
 	}
 	return nil
 }
+
+// changesetOps is a changeset's ops as contentRefs reads them.
+type changesetOps []core.Op
+
+func (c changesetOps) Len() int         { return len(c) }
+func (c changesetOps) Op(i int) core.Op { return c[i] }
 
 // Pull writes the answer to a pull of ws (Have..head, or the full tree).
 // The changeset is read op by op from the store's diff (an
@@ -196,7 +207,7 @@ func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Cha
 	buf := make([]byte, src.chunkSize)
 	var n int
 	var bytes int64
-	err := contentRefs(cs, func(p string, ref core.ChunkRef) error {
+	err := contentRefs(changesetOps(cs.Ops), func(p string, ref core.ChunkRef) error {
 		if sent[ref.Hash] {
 			return nil
 		}
