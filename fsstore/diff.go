@@ -40,6 +40,7 @@ func (s *Store) Diff(ctx context.Context, ws int64, from, to int64) (*core.Chang
 type DiffStream struct {
 	From, To int64
 	s        *Store
+	to       *Snapshot // of To, which the chunks are read at
 	ops      *OpSpool
 	chunks   *spill // the distinct chunks the ops name, once EachChunk has run
 }
@@ -65,7 +66,7 @@ func (s *Store) OpenDiff(ctx context.Context, ws int64, from, to int64) (*DiffSt
 	if err != nil {
 		return nil, err
 	}
-	d := &DiffStream{From: a.Rev, To: b.Rev, s: s, ops: s.NewOpSpool()}
+	d := &DiffStream{From: a.Rev, To: b.Rev, s: s, to: b, ops: s.NewOpSpool()}
 	_, err = diffViews(ctx, s.rq, ws, va, vb, s.Dir, d.ops)
 	if err = b.settle(ctx, a.settle(ctx, err)); err != nil {
 		d.Close()
@@ -123,8 +124,14 @@ func (d *DiffStream) EachChunk(fn func(core.ChunkRef) error) error {
 }
 
 // ReadChunk reads the bytes of a chunk EachChunk gave into buf (grown if
-// too small), and checks them against the chunk's hash.
+// too small), and checks them against the chunk's hash. If revision To
+// has been pruned since OpenDiff, it fails with core.ErrUnknownRevision.
 func (d *DiffStream) ReadChunk(ctx context.Context, ref core.ChunkRef, buf []byte) ([]byte, error) {
+	buf, err := d.readChunk(ctx, ref, buf)
+	return buf, d.to.settle(ctx, err)
+}
+
+func (d *DiffStream) readChunk(ctx context.Context, ref core.ChunkRef, buf []byte) ([]byte, error) {
 	var data sql.RawBytes
 	rows, err := d.s.rq.chunkData.QueryContext(ctx, ref.Row)
 	if err != nil {

@@ -19,7 +19,8 @@ import (
 // buffer per run written, however many records it holds; a set that fits
 // one run never touches the disk.
 type spill struct {
-	dir  string
+	dir      string
+	runBytes int // spillRunBytes, or less in tests
 	run  []byte  // the records of the current run, each a uvarint length then its bytes
 	offs []int32 // where each record of run starts
 	n    int     // records added
@@ -42,7 +43,7 @@ const spillRunBytes = 2 << 20
 // of what the spill holds on disk; 1 MiB for 128 MiB of records).
 const spillReadBuffer = 16 << 10
 
-func newSpill(dir string) *spill { return &spill{dir: dir} }
+func newSpill(dir string) *spill { return &spill{dir: dir, runBytes: spillRunBytes} }
 
 // len returns how many records s holds.
 func (s *spill) len() int { return s.n }
@@ -52,13 +53,13 @@ func (s *spill) add(rec []byte) error {
 	if s.ended {
 		return errors.New("spill: add after read")
 	}
-	if len(s.offs) > 0 && len(s.run)+len(rec)+binary.MaxVarintLen32 > spillRunBytes {
+	if len(s.offs) > 0 && len(s.run)+len(rec)+binary.MaxVarintLen32 > s.runBytes {
 		if err := s.flush(); err != nil {
 			return err
 		}
-		if cap(s.run) < spillRunBytes {
+		if cap(s.run) < s.runBytes {
 			// The runs to come are full ones: no more growing by appending.
-			s.run = make([]byte, 0, spillRunBytes)
+			s.run = make([]byte, 0, s.runBytes)
 		}
 	}
 	s.offs = append(s.offs, int32(len(s.run)))
