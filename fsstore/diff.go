@@ -66,7 +66,7 @@ func (s *Store) OpenDiff(ctx context.Context, ws int64, from, to int64) (*DiffSt
 	if err != nil {
 		return nil, err
 	}
-	d := &DiffStream{From: a.Rev, To: b.Rev, s: s, to: b, ops: s.NewOpSpool()}
+	d := &DiffStream{From: a.Rev, To: b.Rev, s: s, to: b, ops: newSortedOpSpool(s.Dir)}
 	_, err = diffViews(ctx, s.rq, ws, va, vb, s.Dir, d.ops)
 	if err = b.settle(ctx, a.settle(ctx, err)); err != nil {
 		d.Close()

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"computerd/core"
@@ -19,13 +20,26 @@ type OpSpool struct {
 }
 
 // NewOpSpool returns an empty spool; Close it when done.
-func (s *Store) NewOpSpool() *OpSpool { return &OpSpool{sp: newSpill(s.Dir)} }
+func (s *Store) NewOpSpool() *OpSpool {
+	sp := newSpill(s.Dir)
+	sp.inOrder = true
+	return &OpSpool{sp: sp}
+}
+
+// newSortedOpSpool returns an empty spool that gives its ops back by the
+// keys they are added with (see add).
+func newSortedOpSpool(dir string) *OpSpool { return &OpSpool{sp: newSpill(dir)} }
 
 // Len returns how many ops o holds.
 func (o *OpSpool) Len() int { return o.sp.len() }
 
 // Add appends op, which must be of a kind a changeset holds.
-func (o *OpSpool) Add(op core.Op) error { return o.add(nil, op) }
+func (o *OpSpool) Add(op core.Op) error {
+	if !o.sp.inOrder {
+		return errors.New("OpSpool: Add to a sorted spool")
+	}
+	return o.add(nil, op)
+}
 
 // add appends op, ordered by key and then by when it was added. A record
 // is the key, the order it was added in (8 bytes), the packed op and the

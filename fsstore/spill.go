@@ -20,7 +20,8 @@ import (
 // one run never touches the disk.
 type spill struct {
 	dir      string
-	runBytes int // spillRunBytes, or less in tests
+	runBytes int  // spillRunBytes, or less in tests
+	inOrder  bool // records are added in order: runs are neither sorted nor merged, only read one after another
 	run  []byte  // the records of the current run, each a uvarint length then its bytes
 	offs []int32 // where each record of run starts
 	n    int     // records added
@@ -77,6 +78,9 @@ func (s *spill) record(off int32) []byte {
 }
 
 func (s *spill) sortRun() {
+	if s.inOrder {
+		return
+	}
 	slices.SortFunc(s.offs, func(a, b int32) int { return bytes.Compare(s.record(a), s.record(b)) })
 }
 
@@ -144,6 +148,18 @@ func (s *spill) each(fn func(rec []byte) error) error {
 			}
 		}
 		return nil
+	}
+	if s.inOrder {
+		c := &spillCursor{r: bufio.NewReaderSize(io.NewSectionReader(s.file, 0, s.size), spillReadBuffer)}
+		for {
+			ok, err := c.next()
+			if err != nil || !ok {
+				return err
+			}
+			if err := fn(c.rec); err != nil {
+				return err
+			}
+		}
 	}
 	m := make(spillMerge, 0, len(s.runs))
 	for _, r := range s.runs {

@@ -78,7 +78,7 @@ func TestOpKeyOrder(t *testing.T) {
 		}
 		ops = append(ops, core.Op{Kind: kinds[rng.IntN(len(kinds))], Path: p, Size: int64(i)})
 	}
-	o := &OpSpool{sp: newSpill(t.TempDir())}
+	o := newSortedOpSpool(t.TempDir())
 	o.sp.runBytes = 8 << 10
 	defer o.Close()
 	var key []byte
@@ -110,5 +110,41 @@ func TestOpKeyOrder(t *testing.T) {
 		if got[i].Kind != want[i].Kind || got[i].Path != want[i].Path || got[i].Size != want[i].Size {
 			t.Fatalf("op %d: %s %q (#%d), want %s %q (#%d)", i, got[i].Kind, got[i].Path, got[i].Size, want[i].Kind, want[i].Path, want[i].Size)
 		}
+	}
+}
+
+// A spool of ops added in order gives them back in that order, from
+// memory or from many runs on disk, as often as it is read.
+func TestOpSpoolInOrder(t *testing.T) {
+	for _, runBytes := range []int{spillRunBytes, 4 << 10} {
+		s := &Store{Dir: t.TempDir()}
+		o := s.NewOpSpool()
+		o.sp.runBytes = runBytes
+		var want []core.Op
+		for i := range 20000 {
+			op := core.Op{Kind: core.OpCreate, Path: joinPath("d", string(rune('z'-i%26))), Mtime: int64(i),
+				Content: &core.Content{Size: int64(i), Chunks: []core.ChunkRef{{Index: 0, Len: i, Row: int64(i)}}}}
+			want = append(want, op)
+			if err := o.Add(op); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for pass := range 2 {
+			i := 0
+			err := o.Each(func(op core.Op) error {
+				if w := want[i]; op.Path != w.Path || op.Mtime != w.Mtime || op.Content.Size != w.Content.Size || op.Content.Chunks[0] != w.Content.Chunks[0] {
+					t.Fatalf("pass %d, op %d: %+v, want %+v", pass, i, op, w)
+				}
+				i++
+				return nil
+			})
+			if err != nil || i != len(want) {
+				t.Fatalf("pass %d: %d ops back of %d (%v)", pass, i, len(want), err)
+			}
+		}
+		if o.sp.file == nil && runBytes < spillRunBytes {
+			t.Fatal("no run was written to disk")
+		}
+		o.Close()
 	}
 }
