@@ -20,11 +20,11 @@ import (
 // one run never touches the disk.
 type spill struct {
 	dir      string
-	runBytes int  // spillRunBytes, or less in tests
-	inOrder  bool // records are added in order: runs are neither sorted nor merged, only read one after another
-	run  []byte  // the records of the current run, each a uvarint length then its bytes
-	offs []int32 // where each record of run starts
-	n    int     // records added
+	runBytes int     // spillRunBytes, or less in tests
+	inOrder  bool    // records are added in order: runs are neither sorted nor merged, only read one after another
+	run      []byte  // the records of the current run, each a uvarint length then its bytes
+	offs     []int32 // where each record of run starts
+	n        int     // records added
 
 	file  *os.File      // the runs written, back to back; nil until the first
 	w     *bufio.Writer // writes to file
