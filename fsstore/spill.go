@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"syscall"
 )
 
 // spill sorts records (byte strings, in bytes.Compare order) that may be
@@ -31,6 +32,10 @@ type spill struct {
 	size  int64         // bytes written to file
 	runs  []spillRun    // where each run lies in file
 	ended bool          // read once: adding more is refused
+	// noDisk is set once the disk had no room for a run: from then on the
+	// records stay in memory (the run grows), so that reads still work,
+	// as every read of the store does, on a full disk.
+	noDisk bool
 }
 
 // spillRun is where one sorted run lies in a spill's file.
@@ -54,11 +59,14 @@ func (s *spill) add(rec []byte) error {
 	if s.ended {
 		return errors.New("spill: add after read")
 	}
-	if len(s.offs) > 0 && len(s.run)+len(rec)+binary.MaxVarintLen32 > s.runBytes {
-		if err := s.flush(); err != nil {
+	if !s.noDisk && len(s.offs) > 0 && len(s.run)+len(rec)+binary.MaxVarintLen32 > s.runBytes {
+		err := s.flush()
+		switch {
+		case isNoSpace(err):
+			s.noDisk = true
+		case err != nil:
 			return err
-		}
-		if cap(s.run) < s.runBytes {
+		case cap(s.run) < s.runBytes:
 			// The runs to come are full ones: no more growing by appending.
 			s.run = make([]byte, 0, s.runBytes)
 		}
@@ -68,6 +76,11 @@ func (s *spill) add(rec []byte) error {
 	s.run = append(s.run, rec...)
 	s.n++
 	return nil
+}
+
+// isNoSpace reports whether err is a full file system's (or quota's).
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // record returns the record of run at off.
@@ -84,7 +97,9 @@ func (s *spill) sortRun() {
 	slices.SortFunc(s.offs, func(a, b int32) int { return bytes.Compare(s.record(a), s.record(b)) })
 }
 
-// flush writes the current run, sorted, to the file and empties it.
+// flush writes the current run, sorted, to the file and empties it. A
+// run counts only once all of it is in the file: one that fails stays
+// in memory.
 func (s *spill) flush() error {
 	if s.file == nil {
 		f, err := os.CreateTemp(s.dir, "spill-*")
@@ -95,41 +110,42 @@ func (s *spill) flush() error {
 		s.file, s.w = f, bufio.NewWriterSize(f, 64<<10)
 	}
 	s.sortRun()
-	start := s.size
+	start, size := s.size, s.size
 	var lenBuf [binary.MaxVarintLen64]byte
 	for _, off := range s.offs {
 		rec := s.record(off)
 		k := binary.PutUvarint(lenBuf[:], uint64(len(rec)))
 		s.w.Write(lenBuf[:k])
-		if _, err := s.w.Write(rec); err != nil {
-			return fmt.Errorf("spill: %w", err)
-		}
-		s.size += int64(k + len(rec))
+		s.w.Write(rec)
+		size += int64(k + len(rec))
 	}
-	s.runs = append(s.runs, spillRun{start, s.size - start})
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("spill: %w", err)
+	}
+	s.size = size
+	s.runs = append(s.runs, spillRun{start, size - start})
 	s.run, s.offs = s.run[:0], s.offs[:0]
 	return nil
 }
 
-// end finishes adding: the last run is sorted in memory if it is the only
-// one, or written out with the others.
+// end finishes adding: the last run is written out with the others, or
+// sorted in memory if it is the only one or the disk had no room for it.
 func (s *spill) end() error {
 	if s.ended {
 		return nil
 	}
 	s.ended = true
-	if s.file == nil {
-		s.sortRun()
-		return nil
-	}
-	if len(s.offs) > 0 {
-		if err := s.flush(); err != nil {
+	if s.file != nil && !s.noDisk && len(s.offs) > 0 {
+		err := s.flush()
+		if isNoSpace(err) {
+			s.noDisk = true
+		} else if err != nil {
 			return err
 		}
 	}
-	s.run, s.offs = nil, nil
-	if err := s.w.Flush(); err != nil {
-		return fmt.Errorf("spill: %w", err)
+	s.sortRun()
+	if len(s.offs) == 0 {
+		s.run, s.offs = nil, nil
 	}
 	return nil
 }
@@ -141,29 +157,32 @@ func (s *spill) each(fn func(rec []byte) error) error {
 	if err := s.end(); err != nil {
 		return err
 	}
-	if s.file == nil {
-		for _, off := range s.offs {
-			if err := fn(s.record(off)); err != nil {
-				return err
+	var cursors []*spillCursor
+	for _, r := range s.runs {
+		cursors = append(cursors, &spillCursor{r: bufio.NewReaderSize(io.NewSectionReader(s.file, r.off, r.len), spillReadBuffer)})
+	}
+	if len(s.offs) > 0 {
+		cursors = append(cursors, &spillCursor{mem: s}) // the run in memory comes last
+	}
+	if s.inOrder {
+		for _, c := range cursors {
+			for {
+				ok, err := c.next()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+				if err := fn(c.rec); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	}
-	if s.inOrder {
-		c := &spillCursor{r: bufio.NewReaderSize(io.NewSectionReader(s.file, 0, s.size), spillReadBuffer)}
-		for {
-			ok, err := c.next()
-			if err != nil || !ok {
-				return err
-			}
-			if err := fn(c.rec); err != nil {
-				return err
-			}
-		}
-	}
-	m := make(spillMerge, 0, len(s.runs))
-	for _, r := range s.runs {
-		c := &spillCursor{r: bufio.NewReaderSize(io.NewSectionReader(s.file, r.off, r.len), spillReadBuffer)}
+	m := make(spillMerge, 0, len(cursors))
+	for _, c := range cursors {
 		if ok, err := c.next(); err != nil {
 			return err
 		} else if ok {
@@ -198,13 +217,24 @@ func (s *spill) close() {
 	s.run, s.offs = nil, nil
 }
 
-// spillCursor reads the records of one run.
+// spillCursor reads the records of one run: from the file, or from the
+// spill's run in memory.
 type spillCursor struct {
 	r   *bufio.Reader
+	mem *spill
+	i   int // the next record of mem
 	rec []byte
 }
 
 func (c *spillCursor) next() (bool, error) {
+	if c.mem != nil {
+		if c.i == len(c.mem.offs) {
+			return false, nil
+		}
+		c.rec = c.mem.record(c.mem.offs[c.i])
+		c.i++
+		return true, nil
+	}
 	n, err := binary.ReadUvarint(c.r)
 	if errors.Is(err, io.EOF) {
 		return false, nil

@@ -1,8 +1,11 @@
 package fsstore
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"testing"
@@ -146,5 +149,62 @@ func TestOpSpoolInOrder(t *testing.T) {
 			t.Fatal("no run was written to disk")
 		}
 		o.Close()
+	}
+}
+
+// On a full disk a spill keeps what it cannot write in memory, after the
+// runs it wrote before, and still gives every record back in order: the
+// store's reads work on a full disk, diffs included.
+func TestSpillFullDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		runsOnDisk int // runs written before the disk is full
+		inOrder    bool
+	}{
+		{"full from the start", 0, false},
+		{"full after two runs", 2, false},
+		{"in order, full after two runs", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			defer full.Close()
+			s := newSpill(t.TempDir())
+			s.runBytes, s.inOrder = 1<<10, tc.inOrder
+			defer s.close()
+			rng := rand.New(rand.NewPCG(4, 5))
+			var want [][]byte
+			for i := range 2000 {
+				if tc.runsOnDisk == 0 && s.file == nil {
+					s.file, s.w = full, bufio.NewWriter(full)
+				} else if len(s.runs) == tc.runsOnDisk && s.w != nil && !s.noDisk {
+					s.w = bufio.NewWriter(full) // runs written so far stay readable
+				}
+				rec := fmt.Appendf(nil, "%08d", rng.IntN(1e8))
+				if tc.inOrder {
+					rec = fmt.Appendf(nil, "%08d", i)
+				}
+				want = append(want, rec)
+				if err := s.add(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !s.noDisk || len(s.runs) != tc.runsOnDisk {
+				t.Fatalf("noDisk %v after %d runs, want true after %d", s.noDisk, len(s.runs), tc.runsOnDisk)
+			}
+			slices.SortFunc(want, bytes.Compare)
+			var got [][]byte
+			if err := s.each(func(rec []byte) error {
+				got = append(got, bytes.Clone(rec))
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("%d records back of %d, or out of order", len(got), len(want))
+			}
+		})
 	}
 }
