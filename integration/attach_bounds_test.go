@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,29 @@ func TestBoundListings(t *testing.T) {
 				t.Fatalf("heap grew %.1f MiB for an answer of %.1f MiB, want under %.1f MiB", float64(grew)/(1<<20), float64(size)/(1<<20), float64(tc.bound)/(1<<20))
 			}
 		})
+	}
+	// The streamed changeset is the diff, whole and in order: the
+	// directories before the files in them.
+	cs, err := cl.Changeset(ctx, "w", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creates, seen := 0, map[string]bool{"": true} // manyEntries' n entries: 1 in 1000 a directory
+	for _, op := range cs.Ops {
+		switch op.Kind {
+		case core.OpMkdir:
+			seen[op.Path] = true
+		case core.OpCreate:
+			creates++
+		default:
+			continue
+		}
+		if dir, _ := path.Split(op.Path); !seen[strings.TrimSuffix(dir, "/")] {
+			t.Fatalf("%s %s before its directory", op.Kind, op.Path)
+		}
+	}
+	if cs.From != 1 || cs.To != 2 || creates+len(seen)-1 != n {
+		t.Fatalf("changeset %d..%d with %d creates and %d mkdirs, want 1..2 with %d entries", cs.From, cs.To, creates, len(seen)-1, n)
 	}
 	// The client reads a streamed listing as it comes.
 	entries := 0
