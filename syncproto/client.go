@@ -208,7 +208,7 @@ func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *D
 func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws string, hdr PullHeader, cs *Received, st *PullStats) error {
 	var hashes []core.Hash
 	seen := map[core.Hash]bool{}
-	contentRefs(cs.Ops, func(_ string, ref core.ChunkRef) error {
+	contentRefs(cs.Ops.Each, func(_ string, ref core.ChunkRef) error {
 		if !seen[ref.Hash] {
 			seen[ref.Hash] = true
 			hashes = append(hashes, ref.Hash)

@@ -127,19 +127,13 @@ func (e *Encoder) Chunk(h core.Hash, data []byte) error {
 // (at least one), each a JSON core.Changeset with From, To and a part of
 // the ops, in order.
 func (e *Encoder) Changeset(cs *core.Changeset) error {
-	return e.ChangesetOf(cs.From, cs.To, func(fn func(core.Op) error) error {
-		for _, op := range cs.Ops {
-			if err := fn(op); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return e.ChangesetOf(cs.From, cs.To, eachOp(cs.Ops))
 }
 
 // ChangesetOf writes the changeset from..to whose ops each gives one at a
-// time, in order (as fsstore.DiffStream.Each and OpSpool.Each do), in
-// frames as Changeset does: it holds one frame, never the changeset.
+// time, in order (as fsstore's DiffStream.Each, OpSpool.Each and
+// PackedOps.Each do), in frames as Changeset does: it holds one frame,
+// never the changeset.
 func (e *Encoder) ChangesetOf(from, to int64, each func(func(core.Op) error) error) error {
 	if e.state != 1 {
 		return errors.New("sync: changeset out of order")

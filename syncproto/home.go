@@ -127,17 +127,12 @@ func (c chunkSource) read(ctx context.Context, p string, ref core.ChunkRef, buf 
 	return buf, nil
 }
 
-// contentRefs lists the chunk refs of a changeset's content ops (a
-// []core.Op as a core.Changeset holds them, or a stream's PackedOps), with
-// the path to read each from.
-func contentRefs(ops interface {
-	Len() int
-	Op(i int) core.Op
-}, fn func(p string, ref core.ChunkRef) error) error {
-	for i := range ops.Len() {
-		op := ops.Op(i)
+// contentRefs lists the chunk refs of the content ops each gives (see
+// Encoder.ChangesetOf), with the path to read each from.
+func contentRefs(each func(func(core.Op) error) error, fn func(p string, ref core.ChunkRef) error) error {
+	return each(func(op core.Op) error {
 		if op.Content == nil {
-			continue
+			return nil
 		}
 		for _, ref := range op.Content.Chunks {
 			if ref.Hash == (core.Hash{}) {
@@ -147,15 +142,22 @@ func contentRefs(ops interface {
 				return err
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// changesetOps is a changeset's ops as contentRefs reads them.
-type changesetOps []core.Op
-
-func (c changesetOps) Len() int         { return len(c) }
-func (c changesetOps) Op(i int) core.Op { return c[i] }
+// eachOp gives the ops of a []core.Op one at a time, as ChangesetOf and
+// contentRefs take them.
+func eachOp(ops []core.Op) func(func(core.Op) error) error {
+	return func(fn func(core.Op) error) error {
+		for _, op := range ops {
+			if err := fn(op); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
 
 // Pull writes the answer to a pull of ws (Have..head, or the full tree).
 // The changeset is read op by op from the store's diff (an
@@ -207,7 +209,7 @@ func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Cha
 	buf := make([]byte, src.chunkSize)
 	var n int
 	var bytes int64
-	err := contentRefs(changesetOps(cs.Ops), func(p string, ref core.ChunkRef) error {
+	err := contentRefs(eachOp(cs.Ops), func(p string, ref core.ChunkRef) error {
 		if sent[ref.Hash] {
 			return nil
 		}
