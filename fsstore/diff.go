@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"computerd/core"
 )
@@ -67,7 +69,7 @@ func (s *Store) OpenDiff(ctx context.Context, ws int64, from, to int64) (*DiffSt
 		return nil, err
 	}
 	d := &DiffStream{From: a.Rev, To: b.Rev, s: s, to: b, ops: newSortedOpSpool(s.Dir)}
-	_, err = diffViews(ctx, s.rq, ws, va, vb, s.Dir, d.ops)
+	err = diffViews(ctx, s.rq, ws, va, vb, s.Dir, d.ops, nil)
 	if err = b.settle(ctx, a.settle(ctx, err)); err != nil {
 		d.Close()
 		return nil, err
@@ -168,12 +170,12 @@ type differ struct {
 	cs     int64
 	// sink takes each op as it is found (nil: only changed is wanted).
 	sink func(core.Op) error
-	err  error // the first failure of sink
-	// changed lists the paths that changed in content or structure (not
+	// changed takes the paths that changed in content or structure (not
 	// directory attributes, which every entry change also touches), if
-	// wanted (see checkConflict).
-	changed     []string
-	wantChanged bool
+	// wanted (see checkConflict); noted counts them.
+	changed *spill
+	noted   int
+	err     error // the first failure of sink or changed
 	// entryDir is whether the entries of the directory inode at hand
 	// differ: applying the diff moves its mtime, so its time is restated.
 	entryDir bool
@@ -200,14 +202,15 @@ func inoRecord(b []byte, ino uint64, what byte, rest ...[]byte) []byte {
 
 // diffViews compares two views of workspace ws whose revisions differ only
 // by the rows born between them in ws's own layer, giving out the ops
-// (if out is not nil). What it learns of each changed inode (its names
+// (if out is not nil) and to changed the paths that changed (if changed
+// is not nil). What it learns of each changed inode (its names
 // gone and new, its changed chunks) is sorted by inode through a spill in
 // dir, then each inode's ops are worked out in turn: its memory is bounded
 // whatever the number of changes.
-func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view, dir string, out *OpSpool) (*differ, error) {
+func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view, dir string, out *OpSpool, changed *spill) error {
 	ra, rb := va.layers[0].rev, vb.layers[0].rev
 	lo, hi := min(ra, rb), max(ra, rb)
-	d := &differ{va: va, vb: vb, cs: va.cs, wantChanged: out == nil}
+	d := &differ{va: va, vb: vb, cs: va.cs, changed: changed}
 	if out != nil {
 		var key []byte
 		d.sink = func(op core.Op) error {
@@ -226,25 +229,25 @@ func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view, dir stri
 	defer entries.close()
 	rows, err := q.changedDentries.QueryContext(ctx, ws, lo, hi)
 	if err != nil {
-		return nil, wrapDB("diff entries", err)
+		return wrapDB("diff entries", err)
 	}
 	for rows.Next() {
 		var parent uint64
 		var name []byte
 		if err := rows.Scan(&parent, &name); err != nil {
 			rows.Close()
-			return nil, wrapDB("diff entries", err)
+			return wrapDB("diff entries", err)
 		}
 		rec = append(binary.BigEndian.AppendUint64(rec[:0], parent), name...)
 		if err := entries.add(rec); err != nil {
 			rows.Close()
-			return nil, err
+			return err
 		}
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return nil, wrapDB("diff entries", err)
+		return wrapDB("diff entries", err)
 	}
 	err = entries.each(func(key []byte) error {
 		k := dirEntryKey{parent: binary.BigEndian.Uint64(key), name: string(key[8:])}
@@ -275,19 +278,19 @@ func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view, dir stri
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	entries.close()
 	// Inodes and extents.
 	if err := scanInos(ctx, q.changedInodes, ws, lo, hi, func(ino uint64, _ int64) error {
 		return byIno.add(inoRecord(rec, ino, inoTouched))
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := scanInos(ctx, q.changedExtents, ws, lo, hi, func(ino uint64, idx int64) error {
 		return byIno.add(inoRecord(rec, ino, inoExtent, binary.BigEndian.AppendUint64(nil, uint64(idx))))
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	// One inode at a time.
 	var g inoChanges
@@ -319,11 +322,7 @@ func diffViews(ctx context.Context, q *queries, ws int64, va, vb *view, dir stri
 	if err == nil {
 		err = d.err
 	}
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(d.changed)
-	return d, nil
+	return err
 }
 
 // inoChanges is what changed of one inode between the views.
@@ -465,14 +464,14 @@ func (d *differ) inode(g *inoChanges) error {
 	if err != nil {
 		return err
 	}
-	n0 := len(d.changed)
+	n0 := d.noted
 	if ib.isReg() {
 		if err := d.content(ia, ib, name, idxs); err != nil {
 			return err
 		}
 	}
 	d.attrs(ia, ib, name)
-	if len(d.changed) > n0 && !ib.isDir() && ib.nlink > 1 {
+	if d.noted > n0 && !ib.isDir() && ib.nlink > 1 {
 		// The file changed under every one of its names, for conflicts.
 		all, err := d.vb.pathsOf(ib.ino)
 		if err != nil {
@@ -688,12 +687,22 @@ func (d *differ) emit(op core.Op) {
 
 // note records paths as changed, if wanted.
 func (d *differ) note(paths ...string) {
-	if d.wantChanged {
-		d.changed = append(d.changed, paths...)
+	if d.changed == nil {
+		return
+	}
+	for _, p := range paths {
+		d.noted++
+		if d.err == nil {
+			d.err = d.changed.add([]byte(p))
+		}
 	}
 }
 
-// checkConflict fails if ops touch a path that changed between base and the head.
+// checkConflict fails if ops touch a path that changed between base and
+// the head: the same path, or, for an op other than an attribute's, one
+// above or beneath it. The changed paths are sorted (and made distinct)
+// through a spill and met one at a time; the ops' own paths, which the
+// commit holds anyway, are indexed in memory.
 func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops opList) error {
 	head := t.rev - 1
 	w := core.Workspace{ID: t.ws.id, Name: t.ws.name, Head: head}
@@ -708,35 +717,75 @@ func (s *Store) checkConflict(ctx context.Context, t *wtx, base int64, ops opLis
 	if err != nil {
 		return err
 	}
-	d, err := diffViews(ctx, s.wq, t.ws.id, vBase, vHead, s.Dir, nil)
+	changed := newSpill(s.Dir)
+	defer changed.close()
+	if err := diffViews(ctx, s.wq, t.ws.id, vBase, vHead, s.Dir, nil, changed); err != nil {
+		return err
+	}
+	hits := conflictRule(ops)
+	var conflicts []string
+	var last []byte
+	first := true
+	err = changed.each(func(c []byte) error {
+		if !first && bytes.Equal(c, last) {
+			return nil
+		}
+		first, last = false, append(last[:0], c...)
+		if hits(string(c)) {
+			conflicts = append(conflicts, string(c))
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	var conflicts []string
-	seen := map[string]bool{}
-	for i := range ops.Len() {
-		op := ops.Op(i)
-		attr := op.Kind == core.OpChmod || op.Kind == core.OpChown || op.Kind == core.OpUtimes
-		paths := []string{op.Path}
-		if op.Kind == core.OpRename || op.Kind == core.OpLink {
-			paths = append(paths, op.From)
-		}
-		for _, p := range paths {
-			for _, c := range d.changed {
-				hit := c == p
-				if !attr {
-					hit = hit || inSubtree(c, p) || inSubtree(p, c)
-				}
-				if hit && !seen[c] {
-					seen[c] = true
-					conflicts = append(conflicts, c)
-				}
-			}
-		}
-	}
 	if len(conflicts) > 0 {
-		sort.Strings(conflicts)
 		return &core.ConflictError{Base: base, Head: head, Paths: conflicts}
 	}
 	return nil
+}
+
+// conflictRule returns whether a path c that changed since a commit's
+// base conflicts with the commit's ops: an op touches c, or an op other
+// than an attribute's (chmod, chown, utimes) touches a path above or
+// beneath c. The ops' paths are indexed: whole (true) if an op other than
+// an attribute's touches it, and those sorted, to find the ones beneath c.
+func conflictRule(ops opList) func(c string) bool {
+	touched := map[string]bool{}
+	for i := range ops.Len() {
+		op := ops.Op(i)
+		whole := op.Kind != core.OpChmod && op.Kind != core.OpChown && op.Kind != core.OpUtimes
+		touched[op.Path] = touched[op.Path] || whole
+		if op.Kind == core.OpRename || op.Kind == core.OpLink {
+			touched[op.From] = true
+		}
+	}
+	var wholes []string
+	for p, whole := range touched {
+		if whole {
+			wholes = append(wholes, p)
+		}
+	}
+	sort.Strings(wholes)
+	return func(c string) bool {
+		if _, ok := touched[c]; ok {
+			return true
+		}
+		if len(wholes) == 0 {
+			return false
+		}
+		// A whole op on a path above c (the root is above every path).
+		for a := c; a != ""; {
+			a, _ = parentName(a)
+			if touched[a] {
+				return true
+			}
+		}
+		// A whole op on a path beneath c.
+		if c == "" {
+			return true
+		}
+		i := sort.SearchStrings(wholes, c+"/")
+		return i < len(wholes) && strings.HasPrefix(wholes[i], c+"/")
+	}
 }
