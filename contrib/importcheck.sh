@@ -24,6 +24,7 @@ rules=$(cat <<RULES
 ./mcpserver       | ^computerd/(fsstore|syncproto)(/|$)|^$daemon|^$cli|$sqlite|$fuse|$runc
 ./computerd/...   | ^$cli
 ./computerd/loopfs | ^computerd/
+./internal/testheap | .
 RULES
 )
 

@@ -27,20 +27,46 @@ func (s *Store) CommitOnce(ctx context.Context, ws int64, b *core.Batch, info Co
 	if err != nil {
 		return core.Revision{}, false, err
 	}
-	return s.commit(ctx, ws, info, ops, func(t *wtx) error {
-		for _, op := range ops {
-			if err := t.apply(op); err != nil {
-				return opError(op, err)
-			}
+	return s.commit(ctx, ws, info, sliceOps(ops), func(t *wtx) error { return t.applyBatch(sliceOps(ops)) })
+}
+
+// ReplaceTreePacked commits, as one revision of ws, the tree that ops
+// build from nothing: everything is deleted, then ops are applied in
+// order as a batch (Commit). The ops are read one at a time, never
+// unpacked whole; PackedOps.Add has checked them. A full sync pull
+// commits its changeset this way.
+func (s *Store) ReplaceTreePacked(ctx context.Context, ws int64, ops *PackedOps, info CommitInfo) (core.Revision, error) {
+	all := replacedOps{ops}
+	rev, _, err := s.commit(ctx, ws, info, all, func(t *wtx) error { return t.applyBatch(all) })
+	return rev, err
+}
+
+// replacedOps is a delete of the whole tree followed by ops.
+type replacedOps struct{ ops opList }
+
+func (r replacedOps) Len() int { return r.ops.Len() + 1 }
+func (r replacedOps) Op(i int) core.Op {
+	if i == 0 {
+		return core.Op{Kind: core.OpDeleteAll, Path: ""}
+	}
+	return r.ops.Op(i - 1)
+}
+
+// applyBatch applies ops in order, failing at the first that fails.
+func (t *wtx) applyBatch(ops opList) error {
+	for i := range ops.Len() {
+		op := ops.Op(i)
+		if err := t.apply(op); err != nil {
+			return opError(op, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // commit runs fn in a new revision of ws, with conflict checking against
 // info.Base; replayed says info.Key's revision was found and returned.
-func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []core.Op, fn func(*wtx) error) (core.Revision, bool, error) {
-	if len(ops) == 0 {
+func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops opList, fn func(*wtx) error) (core.Revision, bool, error) {
+	if ops.Len() == 0 {
 		return core.Revision{}, false, fmt.Errorf("commit: no changes: %w", core.ErrInvalidArgument)
 	}
 	if s.Shared {
@@ -62,14 +88,14 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops []cor
 			return err
 		}
 		if info.Base != 0 && info.Base != t.rev-1 {
-			if err := s.checkConflict(ctx, t, info.Base, sliceOps(ops)); err != nil {
+			if err := s.checkConflict(ctx, t, info.Base, ops); err != nil {
 				return err
 			}
 		}
 		if err := fn(t); err != nil {
 			return err
 		}
-		t.changes = len(ops)
+		t.changes = ops.Len()
 		return t.finish(info)
 	})
 	if err != nil {

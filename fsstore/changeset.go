@@ -18,10 +18,21 @@ func (s *Store) Apply(ctx context.Context, ws int64, cs *core.Changeset, info Co
 	if err != nil {
 		return core.Revision{}, err
 	}
+	return s.applyOps(ctx, ws, cs.From, sliceOps(ops), info)
+}
+
+// ApplyPacked is Apply of the changeset from..(ops), whose ops
+// PackedOps.Add has checked: it reads them one at a time, never unpacked
+// whole (a sync pull's changeset).
+func (s *Store) ApplyPacked(ctx context.Context, ws int64, from int64, ops *PackedOps, info CommitInfo) (core.Revision, error) {
+	return s.applyOps(ctx, ws, from, ops, info)
+}
+
+func (s *Store) applyOps(ctx context.Context, ws int64, from int64, ops opList, info CommitInfo) (core.Revision, error) {
 	if info.Base == 0 {
-		info.Base = cs.From
+		info.Base = from
 	}
-	rev, _, err := s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(sliceOps(ops)) })
+	rev, _, err := s.commit(ctx, ws, info, ops, func(t *wtx) error { return t.applyChangeset(ops) })
 	return rev, err
 }
 
@@ -307,18 +318,15 @@ func (s *Store) copyOps(ctx context.Context, ws, rev int64, p string) ([]core.Op
 		if err != nil {
 			return err
 		}
-		d := &differ{va: v, vb: v, cs: v.cs}
-		if err := d.created(in, []string{q}); err != nil {
-			return err
-		}
-		for _, op := range d.ops { // the add, then its attributes
+		d := &differ{va: v, vb: v, cs: v.cs, sink: func(op core.Op) error { // the add, then its attributes
 			if opPhase(op.Kind) == opPhase(core.OpUtimes) {
 				times = append(times, op)
 			} else {
 				ops = append(ops, op)
 			}
-		}
-		return nil
+			return nil
+		}}
+		return d.created(in, []string{q})
 	})
 	return append(append(ops, links...), times...), err
 }

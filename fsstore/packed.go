@@ -51,6 +51,16 @@ func (p *PackedOps) Op(i int) core.Op {
 	return op
 }
 
+// Each calls fn with each op of p, in order, unpacked one at a time.
+func (p *PackedOps) Each(fn func(core.Op) error) error {
+	for i := range p.Len() {
+		if err := fn(p.Op(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Identify notes the row id row(hash) gives in each chunk ref of p that
 // has none (see Uploader.Identify).
 func (p *PackedOps) Identify(row func(core.Hash) (int64, bool)) {

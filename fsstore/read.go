@@ -433,9 +433,18 @@ func (v *view) dirPath(ino uint64) (string, error) {
 		return "", err
 	}
 	p := joinPath(pp, in.name)
+	if len(v.dirs) >= maxDirPaths {
+		// A view that met this many directories (a diff of a whole tree)
+		// starts over rather than grow with the tree.
+		clear(v.dirs)
+		v.dirs[v.root] = ""
+	}
 	v.dirs[ino] = p
 	return p, nil
 }
+
+// maxDirPaths bounds the directory paths a view memoises: a few MiB.
+const maxDirPaths = 1 << 15
 
 // pathsOf lists every path naming ino (several for hard links). It scans the
 // layers' entries for ino; it is only needed for hard links.

@@ -3,9 +3,9 @@ package fsstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"computerd/core"
@@ -38,97 +38,131 @@ func (s *Store) EachFileChange(ctx context.Context, ws int64, from, to int64, fn
 }
 
 // eachFileChange calls fn with each file change, sorted by path, with
-// its texts: only one change's texts are held at a time.
+// its texts: only one change's texts are held at a time. The changeset's
+// ops are sorted by path through a spill (path, then the op's place in
+// the changeset), so the changes of a diff of any size cost a bounded
+// amount of memory.
 func (s *Store) eachFileChange(ctx context.Context, ws int64, from, to int64, fn func(*fileChange) error) error {
-	cs, err := s.Diff(ctx, ws, from, to)
+	d, err := s.OpenDiff(ctx, ws, from, to)
 	if err != nil {
 		return err
 	}
-	a, err := s.Snapshot(ctx, ws, cs.From)
+	defer d.Close()
+	a, err := s.Snapshot(ctx, ws, d.From)
 	if err != nil {
 		return err
 	}
-	b, err := s.Snapshot(ctx, ws, cs.To)
+	b, err := s.Snapshot(ctx, ws, d.To)
 	if err != nil {
 		return err
 	}
-	byPath := map[string]*fileChange{}
-	note := func(p, from, status string) {
-		if c, ok := byPath[p]; ok {
-			if status != "modified" || c.Status == "deleted" {
+	// A record: the path, 0 (no path holds it), the op's place (8 bytes),
+	// its kind's code, then the path it came from (renames).
+	byPath := newSpill(s.Dir)
+	defer byPath.close()
+	var rec []byte
+	var seq uint64
+	err = d.Each(func(op core.Op) error {
+		switch op.Kind {
+		case core.OpDelete, core.OpRename, core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink,
+			core.OpWrite, core.OpTruncate, core.OpChmod:
+		default:
+			return nil
+		}
+		rec = append(append(rec[:0], op.Path...), 0)
+		rec = binary.BigEndian.AppendUint64(rec, seq)
+		seq++
+		rec = append(rec, packedCode[op.Kind])
+		rec = append(rec, op.From...)
+		return byPath.add(rec)
+	})
+	if err != nil {
+		return err
+	}
+	var c *fileChange
+	err = byPath.each(func(r []byte) error {
+		i := bytes.IndexByte(r, 0)
+		p := r[:i]
+		kind, from := packedKinds[r[i+9]], string(r[i+10:])
+		if c != nil && c.Path != string(p) {
+			if err := s.fileChange(ctx, a, b, c, fn); err != nil {
+				return err
+			}
+			c = nil
+		}
+		if c == nil {
+			c = &fileChange{FileChange: core.FileChange{Path: string(p)}}
+		}
+		note := func(from, status string) {
+			if c.Status == "" || status != "modified" || c.Status == "deleted" {
 				c.Status = status
 			}
 			if from != "" {
 				c.From = from
 			}
-			return
 		}
-		byPath[p] = &fileChange{FileChange: core.FileChange{Path: p, From: from, Status: status}}
-	}
-	for _, op := range cs.Ops {
-		switch op.Kind {
+		switch kind {
 		case core.OpDelete:
-			note(op.Path, "", "deleted")
+			note("", "deleted")
 		case core.OpRename:
-			note(op.Path, op.From, "renamed")
+			note(from, "renamed")
 		case core.OpCreate, core.OpSymlink, core.OpMknod, core.OpLink:
-			if c, ok := byPath[op.Path]; ok && c.Status == "deleted" {
+			if c.Status == "deleted" {
 				c.Status = "modified"
 			} else {
-				note(op.Path, "", "added")
+				note("", "added")
 			}
-		case core.OpWrite, core.OpTruncate, core.OpChmod:
-			note(op.Path, "", "modified")
+		default:
+			note("", "modified")
 		}
+		return nil
+	})
+	if err == nil && c != nil {
+		err = s.fileChange(ctx, a, b, c, fn)
 	}
-	cs = nil
-	changes := make([]*fileChange, 0, len(byPath))
-	for _, c := range byPath {
-		changes = append(changes, c)
+	return err
+}
+
+// fileChange reads the texts of one change c between a and b, counts its
+// lines and calls fn with it, unless it is a directory's or changed only
+// in time.
+func (s *Store) fileChange(ctx context.Context, a, b *Snapshot, c *fileChange, fn func(*fileChange) error) error {
+	oldPath := c.Path
+	if c.From != "" {
+		oldPath = c.From
 	}
-	byPath = nil
-	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
-	for i, c := range changes {
-		changes[i] = nil // its texts go once fn is done with them
-		oldPath := c.Path
-		if c.From != "" {
-			oldPath = c.From
-		}
-		var isDir bool
-		if c.Status != "added" {
-			if c.oldText, c.oldMode, isDir, err = textOf(ctx, a, oldPath); err != nil {
-				return err
-			}
-		}
-		if c.Status != "deleted" {
-			if c.newText, c.newMode, isDir, err = textOf(ctx, b, c.Path); err != nil {
-				return err
-			}
-		}
-		if isDir {
-			continue
-		}
-		if c.Status == "modified" && bytes.Equal(c.oldText, c.newText) && c.oldMode == c.newMode {
-			continue // only the time changed
-		}
-		if c.oldText == nil && c.Status != "added" || c.newText == nil && c.Status != "deleted" ||
-			bytes.IndexByte(c.oldText, 0) >= 0 || bytes.IndexByte(c.newText, 0) >= 0 {
-			c.Binary = true
-		} else {
-			for _, e := range diffLines(splitLines(c.oldText), splitLines(c.newText)) {
-				switch e.kind {
-				case '+':
-					c.Added++
-				case '-':
-					c.Deleted++
-				}
-			}
-		}
-		if err := fn(c); err != nil {
+	var isDir bool
+	var err error
+	if c.Status != "added" {
+		if c.oldText, c.oldMode, isDir, err = textOf(ctx, a, oldPath); err != nil {
 			return err
 		}
 	}
-	return nil
+	if c.Status != "deleted" {
+		if c.newText, c.newMode, isDir, err = textOf(ctx, b, c.Path); err != nil {
+			return err
+		}
+	}
+	if isDir {
+		return nil
+	}
+	if c.Status == "modified" && bytes.Equal(c.oldText, c.newText) && c.oldMode == c.newMode {
+		return nil // only the time changed
+	}
+	if c.oldText == nil && c.Status != "added" || c.newText == nil && c.Status != "deleted" ||
+		bytes.IndexByte(c.oldText, 0) >= 0 || bytes.IndexByte(c.newText, 0) >= 0 {
+		c.Binary = true
+	} else {
+		for _, e := range diffLines(splitLines(c.oldText), splitLines(c.newText)) {
+			switch e.kind {
+			case '+':
+				c.Added++
+			case '-':
+				c.Deleted++
+			}
+		}
+	}
+	return fn(c)
 }
 
 // textOf reads a file or symlink for diffing: nil text if it is too big.

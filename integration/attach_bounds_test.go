@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"computerd/client"
 	"computerd/computerd/api"
 	"computerd/core"
+	"computerd/internal/testheap"
 	"computerd/wire"
 )
 
@@ -210,9 +212,9 @@ func TestAttachDecompressionRatio(t *testing.T) {
 
 // List, find and diff stream their answers: over a tree of 200k entries,
 // a recursive listing (33 MiB of JSON) goes out while the daemon's heap grows by a
-// few MiB. A diff still holds the changes the store computes (its diff is
-// O(changes): ~900 bytes of heap a change, garbage included), never their
-// encoding nor the files' texts.
+// few MiB. A diff of the 200k creates does too: the store sorts its ops
+// (and, for stat, the changed paths) on disk and reads them back one at a
+// time (it held ~900 bytes of heap a change before).
 func TestBoundListings(t *testing.T) {
 	const n = 200000
 	e := start(t, api.Limits{})
@@ -244,17 +246,40 @@ func TestBoundListings(t *testing.T) {
 	}{
 		{"list", "/v1/workspaces/w/list/?recursive=1", 24 << 20},
 		{"find", "/v1/workspaces/w/find?name=f*", 24 << 20},
-		{"diff stat", "/v1/workspaces/w/diff?from=1&to=2&format=stat", 1536 * n},
-		{"diff changeset", "/v1/workspaces/w/diff?from=1&to=2&format=changeset", 1536 * n},
+		{"diff stat", "/v1/workspaces/w/diff?from=1&to=2&format=stat", 24 << 20},
+		{"diff changeset", "/v1/workspaces/w/diff?from=1&to=2&format=changeset", 24 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var size int64
-			grew := heapGrowth(func() { size, _ = get(tc.path) })
+			grew := testheap.Growth(func() { size, _ = get(tc.path) })
 			t.Logf("%s: %.1f MiB answered, heap grew %.1f MiB", tc.name, float64(size)/(1<<20), float64(grew)/(1<<20))
 			if bound := tc.bound; grew > bound {
 				t.Fatalf("heap grew %.1f MiB for an answer of %.1f MiB, want under %.1f MiB", float64(grew)/(1<<20), float64(size)/(1<<20), float64(tc.bound)/(1<<20))
 			}
 		})
+	}
+	// The streamed changeset is the diff, whole and in order: the
+	// directories before the files in them.
+	cs, err := cl.Changeset(ctx, "w", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creates, seen := 0, map[string]bool{"": true} // manyEntries' n entries: 1 in 1000 a directory
+	for _, op := range cs.Ops {
+		switch op.Kind {
+		case core.OpMkdir:
+			seen[op.Path] = true
+		case core.OpCreate:
+			creates++
+		default:
+			continue
+		}
+		if dir, _ := path.Split(op.Path); !seen[strings.TrimSuffix(dir, "/")] {
+			t.Fatalf("%s %s before its directory", op.Kind, op.Path)
+		}
+	}
+	if cs.From != 1 || cs.To != 2 || creates+len(seen)-1 != n {
+		t.Fatalf("changeset %d..%d with %d creates and %d mkdirs, want 1..2 with %d entries", cs.From, cs.To, creates, len(seen)-1, n)
 	}
 	// The client reads a streamed listing as it comes.
 	entries := 0

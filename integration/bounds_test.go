@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"computerd/computerd/api"
+	"computerd/internal/testheap"
 	"computerd/wire"
 )
 
@@ -125,35 +124,6 @@ func TestBoundGlob(t *testing.T) {
 	}
 }
 
-// heapGrowth runs fn and returns how far the heap grew above where it
-// stood before, at its peak (sampled every 2 ms).
-func heapGrowth(fn func()) int64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	base, peak := ms.HeapAlloc, ms.HeapAlloc
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			peak = max(peak, ms.HeapAlloc)
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	fn()
-	close(done)
-	wg.Wait()
-	return int64(peak) - int64(base)
-}
-
 // lines reads n lines of size bytes of x, then "needle".
 type lines struct {
 	n, size, i, off int
@@ -192,7 +162,7 @@ func TestBoundGrepContext(t *testing.T) {
 
 	var status int
 	var body []byte
-	growth := heapGrowth(func() {
+	growth := testheap.Growth(func() {
 		status, body = e.mustHTTP("GET", fmt.Sprintf("/v1/workspaces/w/grep?pattern=needle&context=%d", n), nil, "")
 	})
 	if status != http.StatusOK {

@@ -149,7 +149,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if hdr.To == have && !hdr.Full {
 		return st, nil // nothing new
 	}
-	if !hdr.Full && len(cs.Ops) == 0 {
+	if !hdr.Full && cs.Ops.Len() == 0 {
 		// The home has new revisions but nothing the mirror lacks: record
 		// that the head equals the new home revision, and commit nothing.
 		if err := m.Store.RecordMirror(ctx, local.ID, local.Head, hdr.To); err != nil {
@@ -159,12 +159,12 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 		return st, nil
 	}
 	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, HomeRev: hdr.To, Message: fmt.Sprintf("pull of home@%d", hdr.To)}
+	// The ops are committed as they came, packed: never a []core.Op.
 	if hdr.Full {
-		b := &core.Batch{Ops: append([]core.Op{{Kind: core.OpDeleteAll, Path: ""}}, cs.Ops...)}
-		_, err = m.Store.Commit(ctx, local.ID, b, info)
+		_, err = m.Store.ReplaceTreePacked(ctx, local.ID, cs.Ops, info)
 	} else {
 		info.Base = local.Head
-		_, err = m.Store.Apply(ctx, local.ID, cs, info)
+		_, err = m.Store.ApplyPacked(ctx, local.ID, cs.From, cs.Ops, info)
 	}
 	if err != nil {
 		return st, fmt.Errorf("apply pull of home@%d: %w", hdr.To, err)
@@ -177,7 +177,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 // receiveChunks stores the chunks of a stream and returns its changeset.
 // The row ids of the chunks stored are noted in the changeset named, or
 // else in the stream's own (see fsstore.Uploader.Identify).
-func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *Decoder, st *PullStats, named *core.Changeset) (*core.Changeset, error) {
+func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *Decoder, st *PullStats, named *Received) (*Received, error) {
 	for {
 		hash, data, cs, err := dec.Next()
 		if err != nil {
@@ -187,12 +187,11 @@ func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *D
 			if err := up.Flush(ctx); err != nil {
 				return nil, err
 			}
-			got := cs.Changeset()
 			if named == nil {
-				named = got
+				named = cs
 			}
-			up.Identify(named)
-			return got, nil
+			up.IdentifyPacked(named.Ops)
+			return cs, nil
 		}
 		if err := storeChunk(ctx, up, hash, data); err != nil {
 			return nil, err
@@ -206,10 +205,10 @@ func (m *Mirror) receiveChunks(ctx context.Context, up *fsstore.Uploader, dec *D
 }
 
 // fetchMissing asks the home for the chunks cs names that the store lacks.
-func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws string, hdr PullHeader, cs *core.Changeset, st *PullStats) error {
+func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws string, hdr PullHeader, cs *Received, st *PullStats) error {
 	var hashes []core.Hash
 	seen := map[core.Hash]bool{}
-	contentRefs(cs, func(_ string, ref core.ChunkRef) error {
+	contentRefs(cs.Ops.Each, func(_ string, ref core.ChunkRef) error {
 		if !seen[ref.Hash] {
 			seen[ref.Hash] = true
 			hashes = append(hashes, ref.Hash)
@@ -258,7 +257,7 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 		enc := NewEncoder(pw)
 		err := enc.Header(hdr)
 		if err == nil {
-			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs, nil)
+			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs)
 		}
 		if err == nil {
 			err = enc.Changeset(cs)

@@ -127,11 +127,19 @@ func (e *Encoder) Chunk(h core.Hash, data []byte) error {
 // (at least one), each a JSON core.Changeset with From, To and a part of
 // the ops, in order.
 func (e *Encoder) Changeset(cs *core.Changeset) error {
+	return e.ChangesetOf(cs.From, cs.To, eachOp(cs.Ops))
+}
+
+// ChangesetOf writes the changeset from..to whose ops each gives one at a
+// time, in order (as fsstore's DiffStream.Each, OpSpool.Each and
+// PackedOps.Each do), in frames as Changeset does: it holds one frame,
+// never the changeset.
+func (e *Encoder) ChangesetOf(from, to int64, each func(func(core.Op) error) error) error {
 	if e.state != 1 {
 		return errors.New("sync: changeset out of order")
 	}
 	e.state = 2
-	open := fmt.Appendf(nil, `{"from":%d,"to":%d,"ops":[`, cs.From, cs.To)
+	open := fmt.Appendf(nil, `{"from":%d,"to":%d,"ops":[`, from, to)
 	const closing = "]}"
 	buf := append([]byte(nil), open...)
 	ops := 0
@@ -161,12 +169,16 @@ func (e *Encoder) Changeset(cs *core.Changeset) error {
 		ops++
 		return nil
 	}
-	for _, op := range cs.Ops {
+	err := each(func(op core.Op) error {
 		for _, part := range splitContent(op) {
 			if err := add(part); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }

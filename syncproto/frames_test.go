@@ -11,12 +11,12 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/internal/testheap"
 )
 
 // frameKinds lists the kinds of a stream's frames in order.
@@ -222,34 +222,6 @@ func pushOps(w *io.PipeWriter, n int) {
 	w.CloseWithError(err)
 }
 
-// heapPeak runs fn and returns the most the heap grew meanwhile.
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base, peak := ms.HeapAlloc, ms.HeapAlloc
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			peak = max(peak, ms.HeapAlloc)
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	fn()
-	close(done)
-	wg.Wait()
-	return peak - base
-}
-
 // Decoding a push holds one frame and the ops it returns, packed: a
 // changeset of about 64 MiB of JSON, which took over a gigabyte as one
 // frame, stays under 64 MiB of heap; one frame that size is refused as
@@ -257,7 +229,7 @@ func heapPeak(fn func()) uint64 {
 func TestDecodeHeap(t *testing.T) {
 	const n = 300000 // about 64 MiB of JSON
 	var cs *Received
-	grew := heapPeak(func() {
+	grew := testheap.Growth(func() {
 		pr, pw := io.Pipe()
 		go pushOps(pw, n)
 		var hdr PushHeader
@@ -294,7 +266,7 @@ func TestDecodeHeap(t *testing.T) {
 	}
 
 	// One frame of 64 MiB is refused from its header, before its bytes.
-	grew = heapPeak(func() {
+	grew = testheap.Growth(func() {
 		pr, pw := io.Pipe()
 		go func() {
 			enc := NewEncoder(pw)

@@ -127,12 +127,12 @@ func (c chunkSource) read(ctx context.Context, p string, ref core.ChunkRef, buf 
 	return buf, nil
 }
 
-// contentRefs lists the chunk refs of a changeset's content ops, with the
-// path to read each from.
-func contentRefs(cs *core.Changeset, fn func(p string, ref core.ChunkRef) error) error {
-	for _, op := range cs.Ops {
+// contentRefs lists the chunk refs of the content ops each gives (see
+// Encoder.ChangesetOf), with the path to read each from.
+func contentRefs(each func(func(core.Op) error) error, fn func(p string, ref core.ChunkRef) error) error {
+	return each(func(op core.Op) error {
 		if op.Content == nil {
-			continue
+			return nil
 		}
 		for _, ref := range op.Content.Chunks {
 			if ref.Hash == (core.Hash{}) {
@@ -142,61 +142,75 @@ func contentRefs(cs *core.Changeset, fn func(p string, ref core.ChunkRef) error)
 				return err
 			}
 		}
+		return nil
+	})
+}
+
+// eachOp gives the ops of a []core.Op one at a time, as ChangesetOf and
+// contentRefs take them.
+func eachOp(ops []core.Op) func(func(core.Op) error) error {
+	return func(fn func(core.Op) error) error {
+		for _, op := range ops {
+			if err := fn(op); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // Pull writes the answer to a pull of ws (Have..head, or the full tree).
+// The changeset is read op by op from the store's diff (an
+// fsstore.DiffStream), never held whole.
 func (h *Home) Pull(ctx context.Context, w io.Writer, ws core.Workspace, req PullRequest) error {
 	sn, err := h.Store.Snapshot(ctx, ws.ID, core.Head)
 	if err != nil {
 		return err
 	}
-	src := chunkSource{sn: sn, chunkSize: h.Store.ChunkSizeBytes()}
 	if req.Have <= 0 {
-		return h.pullFull(ctx, w, sn, src)
+		return h.pullFull(ctx, w, sn)
 	}
-	cs, err := h.Store.Diff(ctx, ws.ID, req.Have, sn.Rev)
+	d, err := h.Store.OpenDiff(ctx, ws.ID, req.Have, sn.Rev)
 	if err != nil {
 		return err
 	}
-	hdr := PullHeader{From: req.Have, To: sn.Rev}
-	seen := map[core.Hash]bool{}
-	contentRefs(cs, func(_ string, ref core.ChunkRef) error {
-		if !seen[ref.Hash] {
-			seen[ref.Hash] = true
-			hdr.NeedBytes += int64(ref.Len)
-			hdr.NeedCount++
-		}
+	defer d.Close()
+	hdr := PullHeader{From: d.From, To: d.To}
+	err = d.EachChunk(func(ref core.ChunkRef) error {
+		hdr.NeedBytes += int64(ref.Len)
+		hdr.NeedCount++
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 	hdr.Inline = hdr.NeedBytes <= req.InlineMax
 	enc := NewEncoder(w)
 	if err := enc.Header(hdr); err != nil {
 		return err
 	}
 	if hdr.Inline {
-		n, bytes, err := sendChunks(ctx, enc, src, cs, nil)
+		n, bytes, err := sendDiffChunks(ctx, enc, d, nil, h.Store.ChunkSizeBytes())
 		h.observe("pull", n, bytes)
 		if err != nil {
 			return err
 		}
 	}
-	if err := enc.Changeset(cs); err != nil {
+	if err := enc.ChangesetOf(d.From, d.To, d.Each); err != nil {
 		return err
 	}
 	return enc.Close()
 }
 
-// sendChunks writes the chunks cs names (only those in want, if not nil),
-// each once, and counts them.
-func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Changeset, want map[core.Hash]bool) (int, int64, error) {
+// sendChunks writes the chunks cs names, each once, reading them from
+// src, and counts them (a push: its changeset is in memory already).
+func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Changeset) (int, int64, error) {
 	sent := map[core.Hash]bool{}
 	buf := make([]byte, src.chunkSize)
 	var n int
 	var bytes int64
-	err := contentRefs(cs, func(p string, ref core.ChunkRef) error {
-		if sent[ref.Hash] || (want != nil && !want[ref.Hash]) {
+	err := contentRefs(eachOp(cs.Ops), func(p string, ref core.ChunkRef) error {
+		if sent[ref.Hash] {
 			return nil
 		}
 		data, err := src.read(ctx, p, ref, buf)
@@ -211,38 +225,73 @@ func sendChunks(ctx context.Context, enc *Encoder, src chunkSource, cs *core.Cha
 	return n, bytes, err
 }
 
+// sendDiffChunks writes the chunks d names (only those in want, if not
+// nil), each once, and counts them: the diff sorts them by hash on disk,
+// so no set of the hashes sent is held.
+func sendDiffChunks(ctx context.Context, enc *Encoder, d *fsstore.DiffStream, want map[core.Hash]bool, chunkSize int64) (int, int64, error) {
+	buf := make([]byte, chunkSize)
+	var n int
+	var bytes int64
+	err := d.EachChunk(func(ref core.ChunkRef) error {
+		if want != nil && !want[ref.Hash] {
+			return nil
+		}
+		data, err := d.ReadChunk(ctx, ref, buf)
+		if err != nil {
+			return err
+		}
+		buf = data[:0]
+		n++
+		bytes += int64(len(data))
+		return enc.Chunk(ref.Hash, data)
+	})
+	return n, bytes, err
+}
+
+// maxSentSet bounds the hashes a full pull remembers having sent (32 bytes
+// and a map entry each, about 5 MiB): a chunk met again among that many is
+// sent once; in a tree of more distinct chunks, one met again after the
+// set was cleared is sent again (the receiver stores it once).
+const maxSentSet = 1 << 16
+
 // pullFull streams the whole tree: every chunk, then a changeset that
-// rebuilds the tree in order (parents first).
-func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, src chunkSource) error {
+// rebuilds the tree in order (parents first). The ops wait in an
+// fsstore.OpSpool (packed, on disk past a few MiB) while the chunks go.
+func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot) error {
 	enc := NewEncoder(w)
 	if err := enc.Header(PullHeader{To: sn.Rev, Full: true, Inline: true}); err != nil {
 		return err
 	}
-	cs := &core.Changeset{To: sn.Rev}
+	ops := h.Store.NewOpSpool()
+	defer ops.Close()
 	sent := map[core.Hash]bool{}
-	buf := make([]byte, src.chunkSize)
+	buf := make([]byte, h.Store.ChunkSizeBytes())
 	var nchunks int
 	var nbytes int64
+	var content core.Content
 	err := sn.ReadTree(ctx, "", func(p string, st core.Stat, r io.Reader) error {
 		mtime := st.Mtime.UnixNano()
+		var err error
 		switch {
 		case p == "":
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpChmod, Path: "", Mode: st.Mode.Perm()})
-			return nil
+			return ops.Add(core.Op{Kind: core.OpChmod, Path: "", Mode: st.Mode.Perm()})
 		case st.IsDir():
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
+			err = ops.Add(core.Op{Kind: core.OpMkdir, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)})
 		case st.Mode&fs.ModeSymlink != 0:
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
+			err = ops.Add(core.Op{Kind: core.OpSymlink, Path: p, Target: st.Target, Mtime: mtime})
 		case core.IsSpecial(st.Mode):
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpMknod, Path: p, Mode: st.Mode, Rdev: st.Rdev, Mtime: mtime})
+			err = ops.Add(core.Op{Kind: core.OpMknod, Path: p, Mode: st.Mode, Rdev: st.Rdev, Mtime: mtime})
 		default:
-			content := &core.Content{Size: st.Size}
+			content = core.Content{Size: st.Size, Chunks: content.Chunks[:0]}
 			for idx := int64(0); ; idx++ {
 				n, err := io.ReadFull(r, buf)
 				if n > 0 && !allZero(buf[:n]) {
 					hash := core.Hash(sha256.Sum256(buf[:n]))
 					content.Chunks = append(content.Chunks, core.ChunkRef{Index: idx, Hash: hash, Len: n})
 					if !sent[hash] {
+						if len(sent) >= maxSentSet {
+							clear(sent)
+						}
 						sent[hash] = true
 						nchunks++
 						nbytes += int64(n)
@@ -258,21 +307,21 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot, 
 					return err
 				}
 			}
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpCreate, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), Content: content, Mtime: mtime})
+			err = ops.Add(core.Op{Kind: core.OpCreate, Path: p, Mode: st.Mode.Perm() | st.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), Content: &content, Mtime: mtime})
 		}
-		if st.UID != 0 || st.GID != 0 {
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpChown, Path: p, UID: st.UID, GID: st.GID})
+		if err == nil && (st.UID != 0 || st.GID != 0) {
+			err = ops.Add(core.Op{Kind: core.OpChown, Path: p, UID: st.UID, GID: st.GID})
 		}
-		if st.IsDir() {
-			cs.Ops = append(cs.Ops, core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime})
+		if err == nil && st.IsDir() {
+			err = ops.Add(core.Op{Kind: core.OpUtimes, Path: p, Mtime: mtime})
 		}
-		return nil
+		return err
 	})
 	h.observe("pull", nchunks, nbytes)
 	if err != nil {
 		return err
 	}
-	if err := enc.Changeset(cs); err != nil {
+	if err := enc.ChangesetOf(0, sn.Rev, ops.Each); err != nil {
 		return err
 	}
 	return enc.Close()
@@ -282,14 +331,11 @@ func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
 
 // Fetch streams the chunks asked for, all of them named by ws's changeset From..To.
 func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req FetchRequest) error {
-	cs, err := h.Store.Diff(ctx, ws.ID, req.From, req.To)
+	d, err := h.Store.OpenDiff(ctx, ws.ID, req.From, req.To)
 	if err != nil {
 		return err
 	}
-	sn, err := h.Store.Snapshot(ctx, ws.ID, req.To)
-	if err != nil {
-		return err
-	}
+	defer d.Close()
 	want := map[core.Hash]bool{}
 	for _, hash := range req.Hashes {
 		want[hash] = true
@@ -298,7 +344,7 @@ func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req Fe
 	if err := enc.Header(PullHeader{From: req.From, To: req.To, Inline: true}); err != nil {
 		return err
 	}
-	n, bytes, err := sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: h.Store.ChunkSizeBytes()}, cs, want)
+	n, bytes, err := sendDiffChunks(ctx, enc, d, want, h.Store.ChunkSizeBytes())
 	h.observe("pull", n, bytes)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -141,11 +142,12 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 		}
 		return out.end()
 	case "changeset":
-		cs, err := s.Store.Diff(r.Context(), ws.ID, from, to)
+		d, err := s.Store.OpenDiff(r.Context(), ws.ID, from, to)
 		if err != nil {
 			return err
 		}
-		return writeChangeset(w, cs)
+		defer d.Close()
+		return writeChangeset(w, d)
 	default:
 		return badRequest("format=%q: want unified, stat or changeset", f)
 	}
@@ -179,21 +181,25 @@ func displayPath(p string) string {
 	return p
 }
 
-// writeChangeset answers cs as JSON, op by op: the encoding is never held
-// whole (the ops are: the store's diff holds them).
-func writeChangeset(w http.ResponseWriter, cs *core.Changeset) error {
+// writeChangeset answers the changeset d as JSON, op by op as the
+// diff's spool gives them back: neither the ops nor their encoding are
+// ever held whole.
+func writeChangeset(w http.ResponseWriter, d *fsstore.DiffStream) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
-	fmt.Fprintf(bw, `{"from":%d,"to":%d,"ops":[`, cs.From, cs.To)
+	fmt.Fprintf(bw, `{"from":%d,"to":%d,"ops":[`, d.From, d.To)
 	enc := json.NewEncoder(bw)
-	for i, op := range cs.Ops {
-		if i > 0 {
+	first := true
+	err := d.Each(func(op core.Op) error {
+		if !first {
 			bw.WriteByte(',')
 		}
-		if err := enc.Encode(op); err != nil {
-			return err
-		}
+		first = false
+		return enc.Encode(op)
+	})
+	if err != nil {
+		return err
 	}
 	bw.WriteString("]}\n")
 	return bw.Flush()
