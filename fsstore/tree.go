@@ -131,6 +131,30 @@ func (sn *Snapshot) ReadTree(ctx context.Context, p string, fn TreeFunc) error {
 	return sn.settle(ctx, v.readTree(clean, in.ino, fn))
 }
 
+// ReadDirFiles gives fn the entries of directory inode dir that are not
+// directories, with contents, in name order: one directory of ReadTree,
+// without descending (fn's paths are the entries' names).
+func (sn *Snapshot) ReadDirFiles(ctx context.Context, dir uint64, fn TreeFunc) error {
+	v, err := sn.view(ctx)
+	if err != nil {
+		return err
+	}
+	in, err := v.inode(dir)
+	if err != nil {
+		return sn.settle(ctx, err)
+	}
+	if !in.isDir() {
+		return sn.settle(ctx, core.ErrNotDir)
+	}
+	skipDirs := func(p string, st core.Stat, r io.Reader) error {
+		if st.IsDir() {
+			return SkipDir
+		}
+		return fn(p, st, r)
+	}
+	return sn.settle(ctx, v.readTree("", dir, skipDirs))
+}
+
 // subdir is a directory entry ReadTree visits after its parent's files.
 type subdir struct {
 	name string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"path"
 	"sort"
 	"strconv"
@@ -57,6 +58,9 @@ type View struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// fetching holds a token per directory being read ahead (prefetch).
+	fetching chan struct{}
+
 	mu    sync.Mutex
 	nodes map[uint64]*viewNode // by node id: every node the kernel holds
 	files map[fileKey]*viewNode
@@ -80,7 +84,8 @@ type ViewOptions struct {
 	// CacheTimeout is how long the kernel may keep entries and attributes
 	// (default 24h; they never change, so longer only saves requests).
 	CacheTimeout time.Duration
-	Debug        bool // log every FUSE request
+	Debug        bool // log every FUSE request, to Logger (default: the standard logger)
+	Logger       *log.Logger
 }
 
 // viewTree is one revision served under the view's root.
@@ -90,6 +95,7 @@ type viewTree struct {
 	snap *fsstore.Snapshot // of the revision it shows (a live tree's moves)
 	live bool
 	root *viewNode // while the kernel holds it
+	read time.Time // of the last READ of a file reached through it
 }
 
 type fileKey struct {
@@ -115,6 +121,11 @@ type viewNode struct {
 	snap    *fsstore.Snapshot
 	lookups uint64
 	list    []fsstore.Node // a directory's entries, once listed
+	// parent is the directory a file was last reached through; a
+	// directory's fetched says its files were read ahead (prefetch), a
+	// file's that its contents were handed to the kernel.
+	parent  *viewNode
+	fetched bool
 }
 
 // OpenView mounts a View at dir, which must exist. Close unmounts it.
@@ -124,7 +135,8 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	v := &View{st: opt.Store, dir: dir, ttl: opt.CacheTimeout, ctx: ctx, cancel: cancel, next: fuse.FUSE_ROOT_ID + 1,
-		nodes: map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[string]*viewTree{}, live: map[int64]*liveTree{}}
+		fetching: make(chan struct{}, prefetchDirs),
+		nodes:    map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[string]*viewTree{}, live: map[int64]*liveTree{}}
 	if v.ttl <= 0 {
 		v.ttl = 24 * time.Hour
 	}
@@ -149,6 +161,7 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 		ExplicitDataCacheControl: true,
 		EnableSymlinkCaching:     true,
 		Debug:                    opt.Debug,
+		Logger:                   opt.Logger,
 	})
 	if err != nil {
 		cancel()
@@ -535,7 +548,9 @@ func (f *viewFS) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *f
 	if err != nil {
 		return errno(err)
 	}
-	v.fillEntry(v.nodeFor(d.tree, n), out)
+	vn := v.nodeFor(d.tree, n)
+	vn.parent = d
+	v.fillEntry(vn, out)
 	return fuse.OK
 }
 
@@ -624,6 +639,13 @@ func (f *viewFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Read
 		vn.file = file
 	}
 	k := min(int64(len(buf)), int64(in.Size), vn.size-off)
+	vn.fetched = true
+	if vn.tree != nil {
+		vn.tree.read = time.Now()
+	}
+	if d := vn.parent; d != nil && !d.fetched {
+		v.prefetch(d)
+	}
 	v.mu.Unlock()
 	// Reads run without the lock, so read-ahead and other files overlap.
 	got, err := file.ReadAt(buf[:k], off)
@@ -680,9 +702,104 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 		if eo == nil {
 			break
 		}
+		if plus && i == len(list)-1 && !d.fetched && time.Since(d.tree.read) < prefetchAfterRead {
+			// The whole listing is out, with its files' node ids, and
+			// files of this tree are being read: read these ahead.
+			defer v.prefetch(d)
+		}
 		if plus {
-			v.fillEntry(v.nodeFor(d.tree, e), eo)
+			vn := v.nodeFor(d.tree, e)
+			vn.parent = d
+			v.fillEntry(vn, eo)
 		}
 	}
 	return fuse.OK
 }
+
+// Reading a directory's files ahead. A command that reads one file of a
+// directory (grep -r, a compiler, tar) usually reads its siblings next,
+// one READ round trip each when they are cold. So the first READ of a
+// file in a directory starts reading the directory's other small files
+// in one query (Snapshot.ReadDirFiles) and hands each one's contents to
+// the kernel (FUSE_NOTIFY_STORE): the command then finds them cached;
+// and while files of a tree are being read, a directory of it is read
+// ahead as soon as it is listed (READDIRPLUS), before its first READ. A
+// listing alone (find, ls -R) reads nothing ahead. A version's contents
+// never change, so what is stored is always right.
+const (
+	prefetchDirs     = 4         // directories read ahead at once
+	prefetchFileMax  = 256 << 10 // larger files are left to READ (and the kernel's read-ahead)
+	prefetchDirBytes = 16 << 20  // contents stored per directory at most
+	// prefetchAfterRead: a directory listed this soon after a READ in its
+	// tree is read ahead as soon as it is listed.
+	prefetchAfterRead = time.Second
+)
+
+// prefetch starts reading directory d's files ahead, unless as many
+// directories are being read ahead already (a later READ tries again).
+// Call it with v.mu held.
+func (v *View) prefetch(d *viewNode) {
+	select {
+	case v.fetching <- struct{}{}:
+	default:
+		return
+	}
+	list, err := v.listing(d)
+	if err != nil {
+		<-v.fetching
+		return
+	}
+	d.fetched = true
+	// The files the kernel holds and has not read, by inode; the listing
+	// and the tree's snapshot agree (a move that changes the directory
+	// drops its listing).
+	want := map[uint64]fileKey{}
+	for _, e := range list {
+		if !e.Mode.IsRegular() || e.Size == 0 || e.Size > prefetchFileMax {
+			continue
+		}
+		k := fileKey{e.Ino, e.Version}
+		if vn := v.files[k]; vn != nil && !vn.fetched && vn.lookups > 0 {
+			want[e.Ino] = k
+		}
+	}
+	if len(want) == 0 {
+		<-v.fetching
+		return
+	}
+	snap, dir := d.tree.snap, d.ino
+	go func() {
+		defer func() { <-v.fetching }()
+		var stored int64
+		buf := make([]byte, 0, prefetchFileMax)
+		snap.ReadDirFiles(v.ctx, dir, func(_ string, st core.Stat, r io.Reader) error {
+			k, ok := want[st.Ino]
+			if !ok || r == nil {
+				return nil
+			}
+			if stored += st.Size; stored > prefetchDirBytes {
+				return errPrefetchDone
+			}
+			b := buf[:st.Size]
+			if _, err := io.ReadFull(r, b); err != nil {
+				return err
+			}
+			v.mu.Lock()
+			vn := v.files[k]
+			if vn == nil || vn.fetched || vn.lookups == 0 {
+				v.mu.Unlock()
+				return nil
+			}
+			vn.fetched = true
+			id := vn.id
+			v.mu.Unlock()
+			// Not under v.mu: the kernel may wait for a READ of the same
+			// page, which needs it.
+			v.server.InodeNotifyStoreCache(id, 0, b)
+			return nil
+		})
+	}()
+}
+
+// errPrefetchDone ends a directory's read-ahead at its byte budget.
+var errPrefetchDone = errors.New("fusefs: read-ahead budget spent")

@@ -1,7 +1,10 @@
 package fusefs_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"testing"
@@ -113,4 +116,80 @@ func TestViewLiveTree(t *testing.T) {
 		t.Fatal("a directory rename moved the live tree instead of starting a new one")
 	}
 	check(dir4)
+}
+
+// TestViewReadsAhead: once one file of a directory is read, the view
+// hands the kernel the directory's other small files, so reading them
+// sends no READ; a file over prefetchFileMax is left to READ.
+func TestViewReadsAhead(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root and /dev/fuse")
+	}
+	c := newRequestCounter()
+	vdir := t.TempDir()
+	v, err := fusefs.OpenView(vdir, fusefs.ViewOptions{Store: st, Debug: true, Logger: log.New(c, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v.Close(ctx)
+		fusefs.CleanupStale(vdir)
+	})
+	b := &core.Batch{}
+	const n = 30
+	for _, d := range []string{"a", "b"} {
+		b.Mkdir(d, 0o755)
+		for i := range n {
+			b.WriteFile(fmt.Sprintf("%s/%02d", d, i), fileBytes(i, 100+i*1000), 0o644)
+		}
+		b.WriteFile(d+"/big", fileBytes(99, 1<<20), 0o644)
+	}
+	rev, err := st.Commit(bg, w.ID, b, fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, release, err := v.Acquire(bg, w.ID, rev.Rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	read := func(p string, want []byte) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes (%v), want %d", p, len(got), err, len(want))
+		}
+	}
+	// The read-ahead runs beside the reader: give it a moment, longer on
+	// the second directory if the first was not done in time (a loaded
+	// machine); without it, every other file sends a READ either way.
+	var reads []int
+	for k, d := range []string{"a", "b"} {
+		if _, err := os.ReadDir(filepath.Join(root, d)); err != nil {
+			t.Fatal(err)
+		}
+		c.take()
+		read(d+"/00", fileBytes(0, 100))
+		if got := c.take()["READ"]; got != 1 {
+			t.Fatalf("the first file of %s: %d READs, want 1", d, got)
+		}
+		time.Sleep(time.Duration(1+4*k) * 500 * time.Millisecond)
+		for i := 1; i < n; i++ {
+			read(fmt.Sprintf("%s/%02d", d, i), fileBytes(i, 100+i*1000))
+		}
+		if reads = append(reads, c.take()["READ"]); reads[k] == 0 {
+			break
+		}
+	}
+	if reads[len(reads)-1] != 0 {
+		t.Fatalf("the other files of a directory sent READs: %v", reads)
+	}
+	read("a/big", fileBytes(99, 1<<20))
+	if got := c.take()["READ"]; got == 0 {
+		t.Fatal("a file over the read-ahead's size sent no READ")
+	}
 }
