@@ -727,9 +727,9 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 // listing alone (find, ls -R) reads nothing ahead. A version's contents
 // never change, so what is stored is always right.
 const (
-	prefetchDirs     = 4         // directories read ahead at once
+	prefetchDirs     = 2         // directories read ahead at once (each holds a connection of the store's pool while it queries)
 	prefetchFileMax  = 256 << 10 // larger files are left to READ (and the kernel's read-ahead)
-	prefetchDirBytes = 16 << 20  // contents stored per directory at most
+	prefetchDirBytes = 8 << 20   // contents stored per directory at most (held in memory between the query and the stores)
 	// prefetchAfterRead: a directory listed this soon after a READ in its
 	// tree is read ahead as soon as it is listed.
 	prefetchAfterRead = time.Second
@@ -770,34 +770,43 @@ func (v *View) prefetch(d *viewNode) {
 	snap, dir := d.tree.snap, d.ino
 	go func() {
 		defer func() { <-v.fetching }()
-		var stored int64
-		buf := make([]byte, 0, prefetchFileMax)
+		// The contents are gathered first and stored after the query: a
+		// store may wait for a READ of the same page, whose handler may
+		// wait for v.mu or a connection of the store's pool, so neither
+		// may be held meanwhile.
+		type content struct {
+			k    fileKey
+			data []byte
+		}
+		var got []content
+		var size int64
 		snap.ReadDirFiles(v.ctx, dir, func(_ string, st core.Stat, r io.Reader) error {
 			k, ok := want[st.Ino]
 			if !ok || r == nil {
 				return nil
 			}
-			if stored += st.Size; stored > prefetchDirBytes {
+			if size += st.Size; size > prefetchDirBytes {
 				return errPrefetchDone
 			}
-			b := buf[:st.Size]
+			b := make([]byte, st.Size)
 			if _, err := io.ReadFull(r, b); err != nil {
 				return err
 			}
+			got = append(got, content{k, b})
+			return nil
+		})
+		for _, c := range got {
 			v.mu.Lock()
-			vn := v.files[k]
+			vn := v.files[c.k]
 			if vn == nil || vn.fetched || vn.lookups == 0 {
 				v.mu.Unlock()
-				return nil
+				continue
 			}
 			vn.fetched = true
 			id := vn.id
 			v.mu.Unlock()
-			// Not under v.mu: the kernel may wait for a READ of the same
-			// page, which needs it.
-			v.server.InodeNotifyStoreCache(id, 0, b)
-			return nil
-		})
+			v.server.InodeNotifyStoreCache(id, 0, c.data)
+		}
 	}()
 }
 
