@@ -146,6 +146,18 @@ func (sn *Snapshot) ReadDirFiles(ctx context.Context, dir uint64, fn TreeFunc) e
 	if !in.isDir() {
 		return sn.settle(ctx, core.ErrNotDir)
 	}
+	if len(v.layers) == 1 {
+		// On the read-ahead pool, whose small page caches suit contents
+		// read once (the kernel keeps them).
+		l := v.layers[0]
+		rows, err := sn.s.aq.listData.QueryContext(ctx, l.ws, dir, l.rev)
+		if err != nil {
+			return sn.settle(ctx, wrapDB("read directory", err))
+		}
+		_, err = v.readDirRows("", sqlRowSource(rows), fn)
+		rows.Close()
+		return sn.settle(ctx, err)
+	}
 	skipDirs := func(p string, st core.Stat, r io.Reader) error {
 		if st.IsDir() {
 			return SkipDir

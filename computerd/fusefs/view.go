@@ -58,8 +58,9 @@ type View struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// fetching holds a token per directory being read ahead (prefetch).
-	fetching chan struct{}
+	// arenas holds the buffers of the directories read ahead (prefetch):
+	// one taken per directory, prefetchDirs in all.
+	arenas chan []byte
 
 	mu    sync.Mutex
 	nodes map[uint64]*viewNode // by node id: every node the kernel holds
@@ -135,10 +136,13 @@ func OpenView(dir string, opt ViewOptions) (*View, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	v := &View{st: opt.Store, dir: dir, ttl: opt.CacheTimeout, ctx: ctx, cancel: cancel, next: fuse.FUSE_ROOT_ID + 1,
-		fetching: make(chan struct{}, prefetchDirs),
-		nodes:    map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[string]*viewTree{}, live: map[int64]*liveTree{}}
+		arenas: make(chan []byte, prefetchDirs),
+		nodes:  map[uint64]*viewNode{}, files: map[fileKey]*viewNode{}, dirs: map[dirKey]*viewNode{}, trees: map[string]*viewTree{}, live: map[int64]*liveTree{}}
 	if v.ttl <= 0 {
 		v.ttl = 24 * time.Hour
+	}
+	for range prefetchDirs {
+		v.arenas <- make([]byte, 0, prefetchDirBytes)
 	}
 	server, err := fuse.NewServer(&viewFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), v: v}, dir, &fuse.MountOptions{
 		FsName:            "computerd-view",
@@ -727,9 +731,9 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 // listing alone (find, ls -R) reads nothing ahead. A version's contents
 // never change, so what is stored is always right.
 const (
-	prefetchDirs     = 2         // directories read ahead at once (each holds a connection of the store's pool while it queries)
+	prefetchDirs     = 1         // directories read ahead at once (each holds a connection of the store's pool while it queries)
 	prefetchFileMax  = 256 << 10 // larger files are left to READ (and the kernel's read-ahead)
-	prefetchDirBytes = 8 << 20   // contents stored per directory at most (held in memory between the query and the stores)
+	prefetchDirBytes = 4 << 20   // contents stored per directory at most (held in an arena between the query and the stores)
 	// prefetchAfterRead: a directory listed this soon after a READ in its
 	// tree is read ahead as soon as it is listed.
 	prefetchAfterRead = time.Second
@@ -739,14 +743,16 @@ const (
 // directories are being read ahead already (a later READ tries again).
 // Call it with v.mu held.
 func (v *View) prefetch(d *viewNode) {
+	var arena []byte
 	select {
-	case v.fetching <- struct{}{}:
+	case arena = <-v.arenas:
+		arena = arena[:0]
 	default:
 		return
 	}
 	list, err := v.listing(d)
 	if err != nil {
-		<-v.fetching
+		v.arenas <- arena
 		return
 	}
 	d.fetched = true
@@ -764,12 +770,12 @@ func (v *View) prefetch(d *viewNode) {
 		}
 	}
 	if len(want) == 0 {
-		<-v.fetching
+		v.arenas <- arena
 		return
 	}
 	snap, dir := d.tree.snap, d.ino
 	go func() {
-		defer func() { <-v.fetching }()
+		defer func() { v.arenas <- arena }()
 		// The contents are gathered first and stored after the query: a
 		// store may wait for a READ of the same page, whose handler may
 		// wait for v.mu or a connection of the store's pool, so neither
@@ -788,10 +794,11 @@ func (v *View) prefetch(d *viewNode) {
 			if size += st.Size; size > prefetchDirBytes {
 				return errPrefetchDone
 			}
-			b := make([]byte, st.Size)
+			b := arena[len(arena) : len(arena)+int(st.Size)]
 			if _, err := io.ReadFull(r, b); err != nil {
 				return err
 			}
+			arena = arena[:len(arena)+int(st.Size)]
 			got = append(got, content{k, b})
 			return nil
 		})
