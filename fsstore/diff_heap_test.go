@@ -3,45 +3,17 @@ package fsstore_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"testing"
 	"time"
 
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/fsstore/storetest"
 	"computerd/internal/testheap"
 )
 
 // diffOps sizes TestDiffHeap: go test ./fsstore -run TestDiffHeap -v -diff-ops 1000000
 var diffOps = flag.Int("diff-ops", 200_000, "files TestDiffHeap's diffs create and delete")
-
-// manyChanges commits n small files, 1,000 to a directory, in commits of
-// up to 100,000 to a new workspace of s, and returns the workspace: Diff(1,
-// head) is n creates and n/1000 mkdirs, Diff(head, 1) as many deletes.
-func manyChanges(tb testing.TB, s *fsstore.Store, n int) core.Workspace {
-	tb.Helper()
-	ctx := context.Background()
-	w, err := s.CreateWorkspace(ctx, "t", "many")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var b core.Batch
-	for i := range n {
-		if i%1000 == 0 {
-			b.Mkdir(fmt.Sprintf("d%04d", i/1000), 0o755)
-		}
-		b.WriteFile(fmt.Sprintf("d%04d/file-%07d.txt", i/1000, i), fmt.Appendf(nil, "file %d\n", i), 0o644)
-		if len(b.Ops) >= 100_000 || i == n-1 {
-			rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			w.Head = rev.Rev
-			b = core.Batch{}
-		}
-	}
-	return w
-}
 
 // A diff of many changes holds a bounded amount of heap: its ops go to
 // disk past a few MiB, in their order, and come back one at a time.
@@ -55,7 +27,7 @@ func TestDiffHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	w := manyChanges(t, s, n)
+	w := storetest.ManyFiles(t, s, n)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/fsstore/storetest"
 	"computerd/internal/testheap"
 )
 
@@ -33,25 +33,7 @@ func TestPullHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	w, err := s.CreateWorkspace(ctx, "t", "many")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b core.Batch
-	for i := range n {
-		if i%1000 == 0 {
-			b.Mkdir(fmt.Sprintf("d%04d", i/1000), 0o755)
-		}
-		b.WriteFile(fmt.Sprintf("d%04d/file-%07d.txt", i/1000, i), fmt.Appendf(nil, "file %d\n", i), 0o644)
-		if len(b.Ops) >= 100_000 || i == n-1 {
-			rev, err := s.Commit(ctx, w.ID, &b, fsstore.CommitInfo{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Head = rev.Rev
-			b = core.Batch{}
-		}
-	}
+	w := storetest.ManyFiles(t, s, n)
 	h := &Home{Store: s}
 	for _, tc := range []struct {
 		name   string

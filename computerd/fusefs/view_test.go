@@ -17,12 +17,16 @@ import (
 )
 
 func mustView(t *testing.T, st *fsstore.Store) *fusefs.View {
+	return mustViewWith(t, fusefs.ViewOptions{Store: st})
+}
+
+func mustViewWith(t *testing.T, opt fusefs.ViewOptions) *fusefs.View {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root and /dev/fuse")
 	}
 	dir := t.TempDir()
-	v, err := fusefs.OpenView(dir, fusefs.ViewOptions{Store: st})
+	v, err := fusefs.OpenView(dir, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,21 +128,8 @@ func TestViewLiveTree(t *testing.T) {
 func TestViewReadsAhead(t *testing.T) {
 	st := MustStore(t)
 	w := MustWorkspace(t, st, "w")
-	if os.Geteuid() != 0 {
-		t.Skip("needs root and /dev/fuse")
-	}
 	c := newRequestCounter()
-	vdir := t.TempDir()
-	v, err := fusefs.OpenView(vdir, fusefs.ViewOptions{Store: st, Debug: true, Logger: log.New(c, "", 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		v.Close(ctx)
-		fusefs.CleanupStale(vdir)
-	})
+	v := mustViewWith(t, fusefs.ViewOptions{Store: st, Debug: true, Logger: log.New(c, "", 0)})
 	b := &core.Batch{}
 	const n = 30
 	for _, d := range []string{"a", "b"} {
