@@ -88,6 +88,12 @@ func TestReadBackWithoutRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.take()
+	// The kernel may let a page go meanwhile (memory pressure, its own
+	// reclaim): a READ or two of the 21 files is the kernel's, not the
+	// mount's (without the stored last page, every file sends one); each
+	// such READ drops the file's atime, so pass 2 may stat it once.
+	const slack = 2
+	var firstReads int
 	for pass := 1; pass <= 2; pass++ {
 		for _, p := range paths {
 			got, err := os.ReadFile(p)
@@ -100,11 +106,15 @@ func TestReadBackWithoutRequests(t *testing.T) {
 			}
 		}
 		n := c.take()
-		if n["READ"] != 0 {
-			t.Errorf("pass %d: %d READs for %d files written through the mount (%v)", pass, n["READ"], len(paths), n)
+		if pass == 1 {
+			firstReads = n["READ"]
+			if firstReads > slack {
+				t.Errorf("pass 1: %d READs for %d files written through the mount (%v)", firstReads, len(paths), n)
+			}
+			continue
 		}
-		if pass == 2 && len(n) != 0 {
-			t.Errorf("pass 2: requests %v, want none", n)
+		if n["READ"] != 0 || n["GETATTR"] > firstReads || len(n) > 1 || len(n) == 1 && n["GETATTR"] == 0 {
+			t.Errorf("pass 2: requests %v, want none (but a GETATTR per READ of pass 1: %d)", n, firstReads)
 		}
 	}
 }
