@@ -374,15 +374,14 @@ func AbortUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := mountinfo.Read()
+	mounts, err := mountinfo.MountsUnder(abs)
 	if err != nil {
 		return nil, err
 	}
 	var aborted []string
 	var errs []error
 	for _, m := range mounts {
-		under := m.Point == abs || strings.HasPrefix(m.Point, strings.TrimSuffix(abs, "/")+"/")
-		if !under || !strings.HasPrefix(m.FSType, "fuse") || m.Dev == 0 {
+		if !strings.HasPrefix(m.FSType, "fuse") || m.Dev == 0 {
 			continue
 		}
 		if err := abortConnection(m.Dev); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -700,22 +700,23 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 	if err != nil {
 		return errno(err)
 	}
-	for i := int(max(off, 2) - 2); i < len(list); i++ {
+	i := int(max(off, 2) - 2)
+	for ; i < len(list); i++ {
 		e := list[i]
 		eo := add(fuse.DirEntry{Name: e.Name, Mode: unixMode(e.Mode) & syscall.S_IFMT, Ino: e.Ino, Off: uint64(i) + 3})
 		if eo == nil {
 			break
-		}
-		if plus && i == len(list)-1 && !d.fetched && time.Since(d.tree.read) < prefetchAfterRead {
-			// The whole listing is out, with its files' node ids, and
-			// files of this tree are being read: read these ahead.
-			defer v.prefetch(d)
 		}
 		if plus {
 			vn := v.nodeFor(d.tree, e)
 			vn.parent = d
 			v.fillEntry(vn, eo)
 		}
+	}
+	if plus && i == len(list) && !d.fetched && time.Since(d.tree.read) < prefetchAfterRead {
+		// The whole listing is out, with its files' node ids, and files
+		// of this tree are being read: read these ahead.
+		v.prefetch(d)
 	}
 	return fuse.OK
 }
@@ -731,7 +732,7 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 // listing alone (find, ls -R) reads nothing ahead. A version's contents
 // never change, so what is stored is always right.
 const (
-	prefetchDirs     = 1         // directories read ahead at once (each holds a connection of the store's pool while it queries)
+	prefetchDirs     = 1         // directories read ahead at once (each holds a connection of the store's read-ahead pool while it queries)
 	prefetchFileMax  = 256 << 10 // larger files are left to READ (and the kernel's read-ahead)
 	prefetchDirBytes = 4 << 20   // contents stored per directory at most (held in an arena between the query and the stores)
 	// prefetchAfterRead: a directory listed this soon after a READ in its

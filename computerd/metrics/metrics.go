@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -210,11 +209,11 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(chunksDesc, prometheus.GaugeValue, float64(st.Chunks))
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.LogicalBytes), "logical")
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(st.PhysicalBytes), "physical")
-	var fs unix.Statfs_t
-	if err := unix.Statfs(c.store.Dir, &fs); err != nil {
+	free, size, err := c.store.DiskSpace()
+	if err != nil {
 		ch <- prometheus.NewInvalidMetric(diskDesc, err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(fs.Blocks*uint64(fs.Bsize)), "size")
-	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)), "free")
+	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(size), "size")
+	ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.GaugeValue, float64(free), "free")
 }

@@ -53,17 +53,30 @@ func Read() ([]Mount, error) {
 // Under returns the mount points at dir or beneath it, deepest first (in
 // the order they can be unmounted).
 func Under(dir string) ([]string, error) {
+	mounts, err := MountsUnder(dir)
+	if err != nil {
+		return nil, err
+	}
+	points := make([]string, len(mounts))
+	for i, m := range mounts {
+		points[i] = m.Point
+	}
+	return points, nil
+}
+
+// MountsUnder returns the mounts at dir or beneath it, deepest first.
+func MountsUnder(dir string) ([]Mount, error) {
 	mounts, err := Read()
 	if err != nil {
 		return nil, err
 	}
-	var points []string
+	var under []Mount
 	for i := len(mounts) - 1; i >= 0; i-- {
 		if p := mounts[i].Point; p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") {
-			points = append(points, p)
+			under = append(under, mounts[i])
 		}
 	}
-	return points, nil
+	return under, nil
 }
 
 // parseDev reads a "major:minor" device number (0 if it is not one).
