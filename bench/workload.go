@@ -6,8 +6,8 @@ package main
 // command in the same container configuration and limits (the same
 // sandbox.Manager settings, helper and warm containers) with an ext4
 // directory holding the same tree bound at /workspace. The page cache is
-// dropped before each cold pair; warm lines are single passes, the first
-// one after the cold pass included, as a user meets them.
+// dropped before each cold pair; a warm pair reads the tree once on each
+// side first (see pair), then times a single pass on each.
 //
 // Metrics (all ratios are computerd / ext4 container):
 //   - grep_first_exec: `grep -r` of the tree in the first exec after the
@@ -15,6 +15,9 @@ package main
 //   - grep_again: the same exec again, head unchanged (bar <= 1.3);
 //   - grep_after_change: again after a one-file write through the API, so
 //     the exec runs on a new revision (bar <= 1.3);
+//   - grep_*_vs_overlay: each grep against the same command with
+//     /workspace a fresh overlay over the ext4 tree, mounted as an exec's
+//     (no bar): what is left once overlayfs's own cost is out;
 //   - tar_x: `tar x` of the tree's tarball into /workspace, commit
 //     included (bar <= 1.5);
 //   - git_add_commit: `git init && git add -A && git commit` of the tree,
@@ -39,8 +42,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"computerd/client"
 	"computerd/computerd/daemon"
+	"computerd/computerd/overlay"
 	"computerd/computerd/sandbox"
 	"computerd/core"
 	"computerd/wire"
@@ -66,6 +72,9 @@ type workload struct {
 	cl  *client.Client
 	ref *sandbox.Manager
 	n   int
+	// ovl and ovlLayers are ovlRun's mounts and layers directory.
+	ovl       *overlay.Mounts
+	ovlLayers string
 }
 
 func runWorkload(ctx context.Context, env *Env) error {
@@ -92,6 +101,11 @@ func runWorkload(ctx context.Context, env *Env) error {
 		return err
 	}
 	w := &workload{env: env, cl: client.New(d.url, token), ref: ref}
+	defer func() {
+		if w.ovl != nil {
+			w.ovl.Close()
+		}
+	}()
 
 	// The same tree twice: attached to workspace src, copied to ext4.
 	refSrc := filepath.Join(env.Dir, "ref-src")
@@ -103,50 +117,31 @@ func runWorkload(ctx context.Context, env *Env) error {
 	}
 	grep := []string{"grep", "-r", "-c", "func main", "/workspace"}
 
-	pair := func(name string, b Bar, cold bool, ws, refDir string, argv []string) error {
-		var got, want time.Duration
-		err := env.phase(ctx, name, func(ctx context.Context) error {
-			var err error
-			if cold {
-				dropCaches()
-			} else if _, err := w.refRun(ctx, refDir, []string{"sh", "-c", "grep -rc 'warm up' /workspace >/dev/null; true"}); err != nil {
-				// The reference is warm: its last run may have come
-				// before a cache drop, or before the tree changed.
-				return fmt.Errorf("ext4 container: %w", err)
-			}
-			if want, err = w.refRun(ctx, refDir, argv); err != nil {
-				return fmt.Errorf("ext4 container: %w", err)
-			}
-			if cold {
-				dropCaches()
-			}
-			got, err = w.exec(ctx, ws, argv)
-			return err
-		})
-		if err != nil {
-			env.Emit(timedOut("workload/"+name, "s", b, err))
+	pair := func(name string, b Bar, cold bool, ws, refDir string, argv []string, change func() error) error {
+		return w.pair(ctx, name, b, cold, ws, refDir, argv, change, false)
+	}
+	// The greps also run a third side: the ext4 tree under a fresh
+	// overlay (ovlRun), what overlayfs costs by itself.
+	grepPair := func(name string, b Bar, cold bool, change func() error) error {
+		return w.pair(ctx, name, b, cold, "src", refSrc, grep, change, true)
+	}
+	if err := grepPair("grep_first_exec", barWorkCold, true, nil); err != nil {
+		return err
+	}
+	if err := grepPair("grep_again", barWorkWarm, false, nil); err != nil {
+		return err
+	}
+	oneChange := func() error {
+		if _, err := w.cl.Write(ctx, "src", "README.bench", strings.NewReader("one change\n"), client.WriteOptions{}); err != nil {
 			return err
 		}
-		env.Emit(Result{Name: "workload/" + name, Value: secs(got), Unit: "s"}.withRef("ext4_container_s", secs(want)).check(b))
-		return nil
+		return os.WriteFile(filepath.Join(refSrc, "README.bench"), []byte("one change\n"), 0o644)
 	}
-	if err := pair("grep_first_exec", barWorkCold, true, "src", refSrc, grep); err != nil {
-		return err
-	}
-	if err := pair("grep_again", barWorkWarm, false, "src", refSrc, grep); err != nil {
-		return err
-	}
-	if _, err := w.cl.Write(ctx, "src", "README.bench", strings.NewReader("one change\n"), client.WriteOptions{}); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(refSrc, "README.bench"), []byte("one change\n"), 0o644); err != nil {
-		return err
-	}
-	if err := pair("grep_after_change", barWorkWarm, false, "src", refSrc, grep); err != nil {
+	if err := grepPair("grep_after_change", barWorkWarm, false, oneChange); err != nil {
 		return err
 	}
 	gitArgv := []string{"sh", "-c", "cd /workspace && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm tree"}
-	if err := pair("git_add_commit", barWorkWrite, false, "src", refSrc, gitArgv); err != nil {
+	if err := pair("git_add_commit", barWorkWrite, false, "src", refSrc, gitArgv, nil); err != nil {
 		return err
 	}
 
@@ -158,10 +153,10 @@ func runWorkload(ctx context.Context, env *Env) error {
 		return err
 	}
 	goEnv := "cd /workspace && export GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local && "
-	if err := pair("go_build", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go build ./..."}); err != nil {
+	if err := pair("go_build", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go build ./..."}, nil); err != nil {
 		return err
 	}
-	if err := pair("go_test", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go test ./... >/dev/null"}); err != nil {
+	if err := pair("go_test", barWorkWrite, false, "mod", refMod, []string{"sh", "-c", goEnv + "go test ./... >/dev/null"}, nil); err != nil {
 		return err
 	}
 
@@ -268,6 +263,71 @@ func runWorkload(ctx context.Context, env *Env) error {
 	return nil
 }
 
+// warmUp reads every file of /workspace once (grep must read each whole:
+// nothing matches; a pipe, as grep stops at a first match when its output
+// is /dev/null).
+var warmUp = []string{"sh", "-c", "grep -rc 'warm up' /workspace | wc -l"}
+
+// pair times argv in workspace ws and in the reference's container with
+// refDir at /workspace, and emits the ratio; with ovl, also in the
+// reference's container with a fresh overlay over refDir (ovlRun),
+// emitted as name_vs_overlay (no bar). A cold pair drops the page cache
+// before each side. A warm pair first reads the tree once on each side
+// (untimed; the computerd side through an exec of its own), then runs
+// change (if any), then times each side: every side meets the command
+// with caches as warm as the others'. Both sides need the warm-up: the
+// reference's caches were dropped by the cold pair before it, and a
+// machine may page out file pages that idle (DAMON's proactive reclaim
+// on this one; docs/FUSE.md).
+func (w *workload) pair(ctx context.Context, name string, b Bar, cold bool, ws, refDir string, argv []string, change func() error, ovl bool) error {
+	var got, want, overlaid time.Duration
+	err := w.env.phase(ctx, name, func(ctx context.Context) error {
+		var err error
+		if cold {
+			dropCaches()
+		} else {
+			if _, err := w.exec(ctx, ws, warmUp); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			if _, err := w.refRun(ctx, refDir, warmUp); err != nil {
+				return fmt.Errorf("ext4 container: %w", err)
+			}
+		}
+		if change != nil {
+			if err := change(); err != nil {
+				return err
+			}
+		}
+		if want, err = w.refRun(ctx, refDir, argv); err != nil {
+			return fmt.Errorf("ext4 container: %w", err)
+		}
+		if ovl {
+			if cold {
+				dropCaches()
+			}
+			if overlaid, err = w.ovlRun(ctx, refDir, argv); err != nil {
+				return fmt.Errorf("ext4 overlay container: %w", err)
+			}
+		}
+		if cold {
+			dropCaches()
+		}
+		got, err = w.exec(ctx, ws, argv)
+		return err
+	})
+	if err != nil {
+		w.env.Emit(timedOut("workload/"+name, "s", b, err))
+		return err
+	}
+	w.env.Emit(Result{Name: "workload/" + name, Value: secs(got), Unit: "s"}.withRef("ext4_container_s", secs(want)).check(b))
+	if ovl {
+		w.env.Emit(Result{Name: "workload/" + name + "_vs_overlay", Value: secs(got), Unit: "s",
+			Note: fmt.Sprintf("against the same command with /workspace a fresh overlay over the ext4 tree, made as an exec's (overlayfs by itself: %.2fx the ext4 container)", secs(overlaid)/secs(want))}.
+			withRef("ext4_overlay_container_s", secs(overlaid)).check(Bar{}))
+	}
+	return nil
+}
+
 // exec runs argv in workspace ws through the API and returns the time
 // from request to the recorded end (the commit included).
 func (w *workload) exec(ctx context.Context, ws string, argv []string) (time.Duration, error) {
@@ -281,6 +341,39 @@ func (w *workload) exec(ctx context.Context, ws string, argv []string) (time.Dur
 		err = errors.New(rec.Error)
 	}
 	w.env.Logf("exec %s in %s: %v", strings.Join(argv, " "), ws, d)
+	return d, err
+}
+
+// ovlRun runs argv in a container of the reference's with /workspace a
+// fresh overlay over dir (under env.Dir), its upper layer in env.Dir,
+// mounted as computerd mounts an exec's (overlay.MountPlain) and timed
+// with the run, as an exec's mount is.
+func (w *workload) ovlRun(ctx context.Context, dir string, argv []string) (time.Duration, error) {
+	if w.ovl == nil {
+		layers := filepath.Join(w.env.Dir, "ovl-layers")
+		if err := os.Mkdir(layers, 0o755); err != nil {
+			return 0, err
+		}
+		ms, err := overlay.OpenMounts(w.env.Dir, layers, w.ref.MappedIDs())
+		if err != nil {
+			return 0, err
+		}
+		w.ovl, w.ovlLayers = ms, layers
+	}
+	w.n++
+	layer := filepath.Join(w.ovlLayers, fmt.Sprintf("run-%d", w.n))
+	defer os.RemoveAll(layer)
+	start := time.Now()
+	if err := overlay.MountPlain(dir, layer, w.ovl); err != nil {
+		return 0, err
+	}
+	defer unix.Unmount(filepath.Join(layer, "mnt"), unix.MNT_DETACH)
+	res, err := w.ref.Run(ctx, sandbox.Spec{ID: fmt.Sprintf("ovl-%d", w.n), Argv: argv, WorkspaceDir: filepath.Join(layer, "mnt"), WorkspaceMapped: true, Timeout: 20 * time.Minute}, nil)
+	d := time.Since(start)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("%s exited %d", strings.Join(argv, " "), res.ExitCode)
+	}
+	w.env.Logf("ext4 overlay %s: %v", strings.Join(argv, " "), d)
 	return d, err
 }
 

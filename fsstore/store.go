@@ -154,9 +154,11 @@ func (s *Store) open(ctx context.Context) error {
 	if s.SyncFull {
 		sync = "FULL"
 	}
-	// Page caches: 64 MiB for the writer (b-tree pages of big imports), 16
+	// Page caches: 32 MiB for the writer (b-tree pages of big imports), 8
 	// MiB for each reader (reads stream chunks once). With the default four
-	// readers that bounds SQLite's caches at 128 MiB of the daemon's RSS.
+	// readers and the two read-ahead connections below that bounds SQLite's
+	// caches at 72 MiB of the daemon's RSS (the workload bench's peak went
+	// from 258-275 MiB with 64 and 16 to 204 MiB; docs/STORE.md).
 	dsn := func(cacheKiB int, extra string) string {
 		return "file:" + dbPath + "?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)" +
 			"&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)" +
@@ -167,7 +169,7 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	var err error
 	// The writer never checkpoints on its own: see checkpoint.go.
-	if s.wdb, err = sql.Open("sqlite", dsn(64<<10, "&_pragma=wal_autocheckpoint(0)")); err != nil {
+	if s.wdb, err = sql.Open("sqlite", dsn(32<<10, "&_pragma=wal_autocheckpoint(0)")); err != nil {
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -189,7 +191,7 @@ func (s *Store) open(ctx context.Context) error {
 		s.closeDBs()
 		return err
 	}
-	if s.rdb, err = sql.Open("sqlite", dsn(16<<10, "&_pragma=query_only(1)")); err != nil {
+	if s.rdb, err = sql.Open("sqlite", dsn(8<<10, "&_pragma=query_only(1)")); err != nil {
 		s.closeDBs()
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}

@@ -251,6 +251,22 @@ func open(tree int, dir, path string) (int, error) {
 	return fd, nil
 }
 
+// MountPlain mounts at dir/mnt an overlay of the directory lower with an
+// upper layer in dir, made as Open makes an exec's (the same options, the
+// layers given through ms's copies), over a plain directory rather than a
+// revision: the workload bench's reference for what overlayfs itself
+// costs. dir must be in ms's layers directory and lower under its view
+// directory; dir's upper, work and mnt directories are made here.
+// Unmount dir/mnt and remove dir when done.
+func MountPlain(lower, dir string, ms *Mounts) error {
+	for _, sub := range []string{dir, upperDir(dir), workDir(dir), filepath.Join(dir, "mnt")} {
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			return fmt.Errorf("overlay: %w", err)
+		}
+	}
+	return mount(lower, dir, ms)
+}
+
 // mount mounts the overlay of lower and dir's upper layer at dir/mnt,
 // from ms (nil: from copies of their own, not idmapped).
 //

@@ -546,3 +546,42 @@ func TestOpenFailureCleansUp(t *testing.T) {
 		t.Fatalf("layer directory after a failed Open: %v", err)
 	}
 }
+
+// MountPlain puts an overlay over a plain directory, as Open puts one over
+// a revision: a container's root sees the lower files as its own, and what
+// it writes lands in the upper layer, never in the lower directory.
+func TestMountPlain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (overlayfs, idmapped mounts)")
+	}
+	dir := t.TempDir()
+	lower, layers := filepath.Join(dir, "lower"), filepath.Join(dir, "layers")
+	must(t, os.MkdirAll(filepath.Join(lower, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(lower, "sub", "a.txt"), []byte("a\n"), 0o644))
+	must(t, os.Mkdir(layers, 0o700))
+	ids := idmap.Default // the copies show on-disk id i as the container's i
+	ms, err := overlay.OpenMounts(dir, layers, ids)
+	must(t, err)
+	defer ms.Close()
+	layer := filepath.Join(layers, "run")
+	must(t, overlay.MountPlain(lower, layer, ms))
+	mnt := filepath.Join(layer, "mnt")
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	if err := overlay.MountPlain(lower, layer, ms); err == nil {
+		t.Error("a second MountPlain into the same directory succeeded")
+	}
+
+	got := asContainerRoot(t, ids, mnt, `cat sub/a.txt && stat -c '%u:%g' sub/a.txt && echo b >> sub/a.txt && echo new > new.txt`)
+	if want := "a\n0:0\n"; got != want {
+		t.Errorf("the container sees %q, want %q", got, want)
+	}
+	if data, err := os.ReadFile(filepath.Join(lower, "sub", "a.txt")); err != nil || string(data) != "a\n" {
+		t.Errorf("the lower file is %q (%v), want it untouched", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(lower, "new.txt")); !os.IsNotExist(err) {
+		t.Errorf("new.txt reached the lower directory: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(layer, "upper", "sub", "a.txt")); err != nil || string(data) != "a\nb\n" {
+		t.Errorf("the upper layer holds %q (%v), want the written file", data, err)
+	}
+}
