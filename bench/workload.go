@@ -368,25 +368,26 @@ func (w *workload) ovlRun(ctx context.Context, dir string, argv []string) (time.
 		return 0, err
 	}
 	defer unix.Unmount(filepath.Join(layer, "mnt"), unix.MNT_DETACH)
-	res, err := w.ref.Run(ctx, sandbox.Spec{ID: fmt.Sprintf("ovl-%d", w.n), Argv: argv, WorkspaceDir: filepath.Join(layer, "mnt"), WorkspaceMapped: true, Timeout: 20 * time.Minute}, nil)
-	d := time.Since(start)
-	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("%s exited %d", strings.Join(argv, " "), res.ExitCode)
-	}
-	w.env.Logf("ext4 overlay %s: %v", strings.Join(argv, " "), d)
-	return d, err
+	return w.timedRef(ctx, "ext4 overlay", start, sandbox.Spec{ID: fmt.Sprintf("ovl-%d", w.n), Argv: argv, WorkspaceDir: filepath.Join(layer, "mnt"), WorkspaceMapped: true})
 }
 
 // refRun runs argv in a container of the reference's with dir at /workspace.
 func (w *workload) refRun(ctx context.Context, dir string, argv []string) (time.Duration, error) {
 	w.n++
-	start := time.Now()
-	res, err := w.ref.Run(ctx, sandbox.Spec{ID: fmt.Sprintf("ref-%d", w.n), Argv: argv, WorkspaceDir: dir, Timeout: 20 * time.Minute}, nil)
+	return w.timedRef(ctx, "ext4", time.Now(), sandbox.Spec{ID: fmt.Sprintf("ref-%d", w.n), Argv: argv, WorkspaceDir: dir})
+}
+
+// timedRef runs spec in a container of the reference's and returns the
+// time since start; a command that exits non-zero is an error. label
+// names the side in the log.
+func (w *workload) timedRef(ctx context.Context, label string, start time.Time, spec sandbox.Spec) (time.Duration, error) {
+	spec.Timeout = 20 * time.Minute
+	res, err := w.ref.Run(ctx, spec, nil)
 	d := time.Since(start)
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("%s exited %d", strings.Join(argv, " "), res.ExitCode)
+		err = fmt.Errorf("%s exited %d", strings.Join(spec.Argv, " "), res.ExitCode)
 	}
-	w.env.Logf("ext4 %s: %v", strings.Join(argv, " "), d)
+	w.env.Logf("%s %s: %v", label, strings.Join(spec.Argv, " "), d)
 	return d, err
 }
 

@@ -142,10 +142,8 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 		return nil, fmt.Errorf("overlay: upper layer of %d bytes: %w", opt.UpperSize, err)
 	}
 	made = true
-	for _, sub := range []string{upperDir(opt.Dir), workDir(opt.Dir), l.Mountpoint()} {
-		if err := os.Mkdir(sub, 0o755); err != nil {
-			return nil, fmt.Errorf("overlay: %w", err)
-		}
+	if err := makeLayerDirs(opt.Dir); err != nil {
+		return nil, err
 	}
 	rec, _ := json.Marshal(record{Workspace: ws.ID, Base: base, Draft: draft.ID, Label: label})
 	if err := writeFileSync(filepath.Join(opt.Dir, recordName), rec); err != nil {
@@ -259,12 +257,23 @@ func open(tree int, dir, path string) (int, error) {
 // directory; dir's upper, work and mnt directories are made here.
 // Unmount dir/mnt and remove dir when done.
 func MountPlain(lower, dir string, ms *Mounts) error {
-	for _, sub := range []string{dir, upperDir(dir), workDir(dir), filepath.Join(dir, "mnt")} {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	if err := makeLayerDirs(dir); err != nil {
+		return err
+	}
+	return mount(lower, dir, ms)
+}
+
+// makeLayerDirs makes layer dir's upper, work and mount directories.
+func makeLayerDirs(dir string) error {
+	for _, sub := range []string{upperDir(dir), workDir(dir), filepath.Join(dir, "mnt")} {
 		if err := os.Mkdir(sub, 0o755); err != nil {
 			return fmt.Errorf("overlay: %w", err)
 		}
 	}
-	return mount(lower, dir, ms)
+	return nil
 }
 
 // mount mounts the overlay of lower and dir's upper layer at dir/mnt,
