@@ -202,8 +202,8 @@ func (s *Store) open(ctx context.Context) error {
 		s.closeDBs()
 		return fmt.Errorf("open %s: %w", dbPath, err)
 	}
-	s.adb.SetMaxOpenConns(aheadWorkers)
-	s.adb.SetMaxIdleConns(aheadWorkers)
+	s.adb.SetMaxOpenConns(ReadAheadConns)
+	s.adb.SetMaxIdleConns(ReadAheadConns)
 	s.ahead = make(chan struct{}, 1)
 	if s.wq, err = prepareQueries(ctx, s.wconn); err != nil {
 		s.closeDBs()

@@ -31,12 +31,17 @@ import (
 // job its consumer waits for needs: that job was taken before, by the other
 // worker, which has its own connection.
 const (
-	aheadWorkers = 2
+	aheadWorkers = ReadAheadConns
 	aheadWindow  = 6
 	aheadBatches = 2
 	aheadBatch   = 512 << 10 // bytes of chunk data
 	aheadBatchN  = 64        // rows
 )
+
+// ReadAheadConns is the size of the store's read-ahead connection pool,
+// whose page caches are small (contents read once): ReadTree's workers
+// and ReadDirFiles query on it.
+const ReadAheadConns = 2
 
 // aheadJob is one directory's listing with data.
 type aheadJob struct {

@@ -732,7 +732,10 @@ func (f *viewFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 // listing alone (find, ls -R) reads nothing ahead. A version's contents
 // never change, so what is stored is always right.
 const (
-	prefetchDirs     = 1         // directories read ahead at once (each holds a connection of the store's read-ahead pool while it queries)
+	// prefetchDirs: directories read ahead at once, one per connection
+	// of the store's read-ahead pool (each holds one while it queries),
+	// so that the disk reads of a cold store overlap.
+	prefetchDirs     = fsstore.ReadAheadConns
 	prefetchFileMax  = 256 << 10 // larger files are left to READ (and the kernel's read-ahead)
 	prefetchDirBytes = 4 << 20   // contents stored per directory at most (held in an arena between the query and the stores)
 	// prefetchAfterRead: a directory listed this soon after a READ in its
