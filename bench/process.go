@@ -104,9 +104,11 @@ func (d *daemonProcess) peakRSSMiB() (float64, error) {
 	return peakRSSOf(strconv.Itoa(d.cmd.Process.Pid))
 }
 
-// token creates a token for tenant.
-func (d *daemonProcess) token(ctx context.Context, tenant string) (string, error) {
-	out, err := exec.CommandContext(ctx, d.bin, "token", "create", "--data", d.data, tenant).Output()
+// token creates a token for tenant; flags go to token create before it
+// (--scope mount).
+func (d *daemonProcess) token(ctx context.Context, tenant string, flags ...string) (string, error) {
+	args := append(append([]string{"token", "create", "--data", d.data}, flags...), tenant)
+	out, err := exec.CommandContext(ctx, d.bin, args...).Output()
 	if err != nil {
 		return "", fmt.Errorf("token create %s: %w", tenant, err)
 	}
