@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -309,4 +310,80 @@ func TestConflictCopyOfLongName(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCommitWhileWriting commits again and again while a writer rewrites
+// parts of a file: a commit stores the dirty chunks without the mount's
+// lock (preUpload), so writes land while it reads them, and the chunks
+// they touched must be read again, not committed as they were. After a
+// last commit the store holds exactly what was written.
+func TestCommitWhileWriting(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	m, dir := MustMount(t, fusefs.Options{Store: st, Workspace: w.ID, QuietPeriod: -1})
+	const size = 8 << 20
+	r := rand.New(rand.NewPCG(1, 2))
+	model := make([]byte, size)
+	for i := range model {
+		model[i] = byte(r.Uint32())
+	}
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, model, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stop, done := make(chan struct{}), make(chan error, 1)
+	writes := 0
+	go func() {
+		buf := make([]byte, 48<<10)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				writes = n
+				done <- nil
+				return
+			default:
+			}
+			off := r.Int64N(size - int64(len(buf)))
+			for i := range buf {
+				buf[i] = byte(n + i)
+			}
+			if _, err := f.WriteAt(buf, off); err != nil {
+				done <- err
+				return
+			}
+			copy(model[off:], buf)
+		}
+	}()
+	commits := 0
+	for start := time.Now(); time.Since(start) < 2*time.Second || commits < 10; {
+		_, changed, err := m.Commit(bg)
+		if err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		if changed {
+			commits++
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := storeFile(t, st, w.ID, "f")
+	if got != string(model) {
+		at := 0
+		for at < len(got) && at < size && got[at] == model[at] {
+			at++
+		}
+		t.Fatalf("after %d commits the store's f differs from what was written, from byte %d (%d bytes, want %d)", commits, at, len(got), size)
+	}
+	t.Logf("%d writes, %d commits", writes, commits)
 }

@@ -10,12 +10,18 @@ import (
 // spool holds the dirty chunks of every file a mount has written and not
 // yet committed, in one sparse temporary file of chunk-sized slots, so
 // memory does not grow with file size and one descriptor serves them all.
+//
+// The mount calls its methods with its lock held, except readAt, which a
+// commit also calls without it (preUpload): each change to a slot's bytes
+// or owner moves its generation (gen), so what was read without the lock
+// is used only if the slot's generation is still the one read.
 type spool struct {
 	f     *os.File
 	size  int64 // chunk size: bytes per slot
 	next  int64 // slots [0, next) have been handed out
 	free  []int64
 	inUse int
+	gens  []uint64 // by slot
 }
 
 func newSpool(dir string, chunk int64) (*spool, error) {
@@ -36,17 +42,27 @@ func (s *spool) alloc(whole bool) int64 {
 	if n := len(s.free); n > 0 {
 		slot := s.free[n-1]
 		s.free = s.free[:n-1]
+		s.gens[slot]++
 		if !whole {
 			s.zero(slot, 0, s.size)
 		}
 		return slot
 	}
 	s.next++
+	if int64(len(s.gens)) < s.next {
+		s.gens = append(s.gens, 0)
+	}
+	s.gens[s.next-1]++
 	return s.next - 1
 }
 
+// gen is slot's generation: it moves with every change of its bytes and
+// every alloc and release.
+func (s *spool) gen(slot int64) uint64 { return s.gens[slot] }
+
 // release returns a slot; its bytes are garbage until alloc clears them.
 func (s *spool) release(slot int64) {
+	s.gens[slot]++
 	s.inUse--
 	if s.inUse == 0 {
 		// Everything is free: start over with an empty file.
@@ -62,6 +78,7 @@ func (s *spool) zero(slot, from, to int64) {
 	if to <= from {
 		return
 	}
+	s.gens[slot]++
 	off := slot*s.size + from
 	if err := unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, to-from); err != nil {
 		// No hole punching here: write zeros.
@@ -88,6 +105,7 @@ func (s *spool) readAt(slot int64, p []byte, off int64) error {
 }
 
 func (s *spool) writeAt(slot int64, p []byte, off int64) error {
+	s.gens[slot]++
 	_, err := s.f.WriteAt(p, slot*s.size+off)
 	return err
 }
