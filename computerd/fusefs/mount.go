@@ -634,6 +634,10 @@ func (m *Mount) trivial() bool {
 	return true
 }
 
+// chunkLen is how many bytes of n's chunk idx lie within its size (0 or
+// less: none).
+func (m *Mount) chunkLen(n *node, idx int64) int64 { return min(m.chunk, n.size-idx*m.chunk) }
+
 // preUploaded is a dirty chunk preUpload stored: its slot's generation
 // and length when it was read, and its content.
 type preUploaded struct {
@@ -669,7 +673,7 @@ func (m *Mount) preUpload(ctx context.Context) (map[int64]preUploaded, *fsstore.
 			continue
 		}
 		for idx, slot := range n.chunks {
-			if k := min(m.chunk, n.size-idx*m.chunk); k > 0 {
+			if k := m.chunkLen(n, idx); k > 0 {
 				jobs = append(jobs, job{slot, m.spool.gen(slot), k})
 			}
 		}
@@ -707,7 +711,6 @@ func (m *Mount) pendingOps(ctx context.Context, up *fsstore.Uploader, pre map[in
 		inos = append(inos, ino)
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	cs := m.chunk
 	for _, ino := range inos {
 		n := m.touched[ino]
 		if n.nlink == 0 {
@@ -726,13 +729,14 @@ func (m *Mount) pendingOps(ctx context.Context, up *fsstore.Uploader, pre map[in
 				content := &core.Content{}
 				var holes []int64
 				for _, idx := range idxs {
-					k := min(cs, n.size-idx*cs)
+					k := m.chunkLen(n, idx)
 					if k <= 0 {
 						continue
 					}
 					slot := n.chunks[idx]
-					c := pre[slot].content
-					if p, ok := pre[slot]; !ok || p.gen != m.spool.gen(slot) || p.n != k {
+					p, ok := pre[slot]
+					c := p.content
+					if !ok || p.gen != m.spool.gen(slot) || p.n != k {
 						var err error
 						if c, err = up.Put(ctx, newSlotReader(m.spool, slot, k)); err != nil {
 							return nil, err
