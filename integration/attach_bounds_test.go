@@ -244,10 +244,10 @@ func TestBoundListings(t *testing.T) {
 		name, path string
 		bound      int64
 	}{
-		{"list", "/v1/workspaces/w/list/?recursive=1", 24 << 20},
-		{"find", "/v1/workspaces/w/find?name=f*", 24 << 20},
-		{"diff stat", "/v1/workspaces/w/diff?from=1&to=2&format=stat", 24 << 20},
-		{"diff changeset", "/v1/workspaces/w/diff?from=1&to=2&format=changeset", 24 << 20},
+		{"list", "/v1/workspaces/w/list/?recursive=1", 12 << 20},
+		{"find", "/v1/workspaces/w/find?name=f*", 12 << 20},
+		{"diff stat", "/v1/workspaces/w/diff?from=1&to=2&format=stat", 12 << 20},
+		{"diff changeset", "/v1/workspaces/w/diff?from=1&to=2&format=changeset", 12 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var size int64
