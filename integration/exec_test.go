@@ -508,3 +508,47 @@ func TestExecMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExecShelf: an exec on an unchanged head gets the overlay of the
+// previous exec if that one left no trace in it
+// (computerd_exec_workspaces_total{kind="shelved"}), and every exec sees
+// exactly its revision, whichever overlay it got.
+func TestExecShelf(t *testing.T) {
+	needExec(t)
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	e.write("w", "a.txt", "one\n")
+	url := e.d.MetricsURL()
+	cat := func(want string) {
+		t.Helper()
+		if out, errs, code := e.exec("w", "--", "cat", "a.txt"); out != want || code != 0 {
+			t.Fatalf("cat a.txt: %q (%s), status %d, want %q", out, errs, code, want)
+		}
+	}
+	cat("one\n") // new, then shelved
+	cat("one\n") // shelved
+	head := e.head("w")
+	// A file made and removed commits nothing but leaves its trace: that
+	// overlay is not shelved, and the next exec does not see the file.
+	if _, errs, code := e.exec("w", "--", "sh", "-c", "touch t && rm t && mkdir -p /workspace/d && rmdir /workspace/d"); code != 0 {
+		t.Fatalf("touch and rm: status %d (%s)", code, errs)
+	}
+	if e.head("w") != head {
+		t.Fatalf("head %d after an exec that changed nothing, want %d", e.head("w"), head)
+	}
+	cat("one\n") // new
+	e.write("w", "a.txt", "two\n")
+	cat("two\n") // new: the head moved
+	if _, errs, code := e.exec("w", "--", "sh", "-c", "echo three > a.txt"); code != 0 {
+		t.Fatalf("write: status %d (%s)", code, errs)
+	}
+	cat("three\n") // new: the head moved
+	for name, want := range map[string]float64{
+		`computerd_exec_workspaces_total{kind="shelved"}`: 3,
+		`computerd_exec_workspaces_total{kind="new"}`:     4,
+	} {
+		if got := metric(t, url, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -62,6 +62,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
 			&cli.StringFlag{Name: "exec-max-write", Usage: "bytes one exec may write to /workspace before its writes fail with ENOSPC (less when its tenant's --quota-bytes or the disk leave less); suffixes K, M, G, T", Value: core.FormatSize(daemon.DefaultExecMaxWrite)},
+			&cli.IntFlag{Name: "exec-shelf", Usage: "overlays of execs that wrote nothing kept mounted for the next exec on the same revision, which then starts with warm caches (0: none)", Value: daemon.DefaultExecShelf},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it", idmap.DefaultSize-1, idmap.DefaultSize-1), Value: idmap.DefaultBase},
@@ -84,6 +85,13 @@ func serve(c *cli.Context) error {
 	helper, err := sandboxHelper(c.String("sandbox-helper"))
 	if err != nil {
 		return err
+	}
+	shelf := c.Int("exec-shelf")
+	switch {
+	case shelf < 0:
+		return fmt.Errorf("--exec-shelf %d: want 0 (none) or more", shelf)
+	case shelf == 0:
+		shelf = -1 // daemon.Config's none
 	}
 	if w := c.Int("sandbox-warm"); w < 0 || w > maxSandboxWarm {
 		return fmt.Errorf("--sandbox-warm %d: want 0 to %d", w, maxSandboxWarm)
@@ -154,6 +162,7 @@ func serve(c *cli.Context) error {
 		ExecMaxPerTenant: c.Int("exec-max-per-tenant"),
 		ExecMaxTotal:     c.Int("exec-max-total"),
 		ExecMaxOutput:    c.Int64("exec-max-output"),
+		ExecShelf:        shelf,
 		ExecMaxWrite:     maxWrite,
 		SandboxHelper:    helper,
 		SandboxWarm:      c.Int("sandbox-warm"),

@@ -73,6 +73,10 @@ type Config struct {
 	// ExecMaxPerTenant and ExecMaxTotal bound the execs running at once
 	// (0: DefaultExecMaxPerTenant, DefaultExecMaxTotal).
 	ExecMaxPerTenant, ExecMaxTotal int
+	// ExecShelf is how many overlays of execs that wrote nothing stay
+	// mounted for the next exec on the same revision (0:
+	// DefaultExecShelf; negative: none).
+	ExecShelf int
 	// ExecMaxOutput bounds each exec's stored output log, bytes
 	// (0: DefaultExecMaxOutput).
 	ExecMaxOutput int64
@@ -127,6 +131,7 @@ const (
 	DefaultExecMaxTotal     = runner.MaxTotal
 	DefaultExecMaxOutput    = runner.MaxOutput
 	DefaultExecMaxWrite     = runner.MaxWrite
+	DefaultExecShelf        = runner.ShelfLayers
 )
 
 // DefaultExecMaxCPUs is the CPU ceiling of an exec: the host's CPUs.
@@ -317,7 +322,7 @@ func (d *Daemon) openRunner(ctx context.Context) error {
 		Dir: runDir(d.cfg.DataDir), DefaultTimeout: d.cfg.ExecTimeout,
 		MaxTimeout: d.cfg.ExecMaxTimeout, MaxLimits: d.cfg.ExecMaxLimits,
 		MaxPerTenant: d.cfg.ExecMaxPerTenant, MaxTotal: d.cfg.ExecMaxTotal, MaxOutput: d.cfg.ExecMaxOutput,
-		MaxWrite: d.cfg.ExecMaxWrite,
+		MaxWrite: d.cfg.ExecMaxWrite, Shelf: d.cfg.ExecShelf,
 	}
 	if d.remote != nil {
 		d.Runner.Remote = d.remote.runner()

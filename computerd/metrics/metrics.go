@@ -51,6 +51,10 @@ type Metrics struct {
 	ExecDuration   prometheus.Histogram
 	ExecsRunning   prometheus.Gauge
 	ExecContainers *prometheus.CounterVec
+	// ExecWorkspaces counts execs' /workspace overlays by kind: new
+	// (mounted for the exec) or shelved (an untouched one of an earlier
+	// exec on the same revision, overlay.Shelf).
+	ExecWorkspaces *prometheus.CounterVec
 	// ExecsRefused counts execs refused before they ran, by reason
 	// (ceiling: asked above a --exec-max-* ceiling; busy: at the running
 	// limit); ExecsTruncated those whose output reached the cap.
@@ -133,6 +137,9 @@ func New() *Metrics {
 	m.ExecContainers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computerd_exec_containers_total", Help: "Containers execs ran in, by kind: warm (made ahead of time) or new (made for the exec).",
 	}, []string{"kind"})
+	m.ExecWorkspaces = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computerd_exec_workspaces_total", Help: "Overlays execs saw /workspace through, by kind: new (mounted for the exec) or shelved (kept from an earlier exec on the same revision that changed nothing).",
+	}, []string{"kind"})
 	m.GCRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computerd_gc_runs_total", Help: "Retention passes (prune, then GC), by outcome (ok, error).",
 	}, []string{"outcome"})
@@ -150,7 +157,7 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 	})
 	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
-	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecsRefused, m.ExecsTruncated)
+	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecWorkspaces, m.ExecsRefused, m.ExecsTruncated)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Errors, m.Unauthenticated, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),

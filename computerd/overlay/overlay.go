@@ -64,6 +64,10 @@ type Options struct {
 	// (an executor pushes it home). An error wrapping ErrKeepDraft
 	// keeps the changes in the draft for a later delivery.
 	Deliver func(ctx context.Context, draft fsstore.Draft, cs *core.Changeset, info fsstore.CommitInfo) (core.Revision, error)
+	// Shelf, if set, may hold an untouched layer of an earlier exec on
+	// the same revision, which Open then gives this exec instead of
+	// mounting a new one (its Dir is then that layer's, not Dir).
+	Shelf *Shelf
 }
 
 // recordName is the file in a layer's directory that describes it.
@@ -87,10 +91,16 @@ type Layer struct {
 	// release lets the view move the lower layer's tree on.
 	release func()
 
+	// upperMtime and upperCtime are the upper directory's times once
+	// mounted (Shelf: a layer whose upper directory kept them is untouched).
+	upperMtime, upperCtime unix.Timespec
+
 	mu        sync.Mutex
 	committed bool
 	keptDraft bool  // the draft holds the changes: keep it
 	result    error // of the commit
+	wrote     bool  // the commit found changes
+	reused    bool  // taken from a Shelf
 	target    int64
 }
 
@@ -110,6 +120,13 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 		base = ws.Head
 	}
 	label := ExecLabel(opt.Info.ExecID)
+	if l := opt.Shelf.take(ws.ID, base, opt); l != nil {
+		l.ws = ws
+		if err := l.reuse(ctx, opt, label); err == nil {
+			return l, nil
+		}
+		opt.Shelf.unmount(l)
+	}
 	draft, err := opt.Store.CreateDraft(ctx, ws.ID, base, label)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: draft of %s: %w", ws.Name, err)
@@ -145,14 +162,25 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 	if err := makeLayerDirs(opt.Dir); err != nil {
 		return nil, err
 	}
-	rec, _ := json.Marshal(record{Workspace: ws.ID, Base: base, Draft: draft.ID, Label: label})
-	if err := writeFileSync(filepath.Join(opt.Dir, recordName), rec); err != nil {
-		return nil, fmt.Errorf("overlay: %w", err)
+	if err := writeRecord(filepath.Join(opt.Dir, recordName), record{Workspace: ws.ID, Base: base, Draft: draft.ID, Label: label}); err != nil {
+		return nil, err
 	}
 	if err := mount(l.lower, opt.Dir, opt.Mounts); err != nil {
 		return nil, err
 	}
+	if err := l.stampUpper(); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// writeRecord writes a layer's record durably.
+func writeRecord(path string, rec record) error {
+	b, _ := json.Marshal(rec)
+	if err := writeFileSync(path, b); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	return nil
 }
 
 // ExecLabel is the label of the draft that holds exec id's writes
@@ -469,6 +497,7 @@ func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 	if len(cs.Ops) == 0 {
 		return core.Revision{}, false, nil
 	}
+	l.wrote = true
 	if err := up.Flush(ctx); err != nil {
 		return core.Revision{}, false, err
 	}

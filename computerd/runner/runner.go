@@ -113,6 +113,10 @@ type Runner struct {
 	MaxWrite int64
 	// Remote, if set, makes this an executor's runner (see Remote).
 	Remote *Remote
+	// Shelf is how many overlays of execs that left no trace in them are
+	// kept mounted for the next exec on the same revision (default
+	// ShelfLayers; negative: none), each for at most ShelfIdle.
+	Shelf int
 
 	// view serves the revisions execs start from (Dir/view), from Open
 	// to Close; every exec's /workspace is an overlay over it, made from
@@ -120,6 +124,9 @@ type Runner struct {
 	// containers' ids).
 	view   *fusefs.View
 	mounts *overlay.Mounts
+	// shelf keeps the overlays of execs that wrote nothing for the next
+	// exec on the same revision (overlay.Shelf).
+	shelf *overlay.Shelf
 	// volumes makes the volumes that hold execs' upper layers (templates
 	// in Dir/templates); pool keeps a few of MaxWrite's size ready
 	// (Dir/volumes), one per warm container.
@@ -289,6 +296,10 @@ func (r *Runner) Open(ctx context.Context) error {
 		}
 	}
 	opened = true
+	if r.Shelf == 0 {
+		r.Shelf = ShelfLayers
+	}
+	r.shelf = overlay.NewShelf(r.Shelf, ShelfIdle, r.Log)
 
 	// Execs and loops outlive the call that opens the runner (a signal
 	// that cancels it starts a graceful shutdown, in which they go on):
@@ -549,6 +560,14 @@ func (r *Runner) release(tenant string) {
 	r.total--
 }
 
+// An exec's overlay that nothing touched is kept mounted for the next exec
+// on its workspace's revision (overlay.Shelf): by default at most
+// ShelfLayers of them (one a workspace), each for at most ShelfIdle.
+const (
+	ShelfLayers = 16
+	ShelfIdle   = 10 * time.Minute
+)
+
 // errClosing refuses an exec that arrives while the runner closes.
 var errClosing = fmt.Errorf("exec: computerd is shutting down: %w", core.ErrClosed)
 
@@ -586,7 +605,7 @@ func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer
 	l := &layer{}
 	opt := overlay.Options{
 		Store: r.Store, View: r.view, Workspace: e.WS, BaseRev: e.BaseRev, Dir: r.layerPath(e.ID),
-		Mounts: r.mounts, UpperSize: size, Volumes: r.volumes, Pool: r.pool,
+		Mounts: r.mounts, UpperSize: size, Volumes: r.volumes, Pool: r.pool, Shelf: r.shelf,
 		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
 	if r.Remote != nil {
@@ -594,6 +613,13 @@ func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer
 	}
 	if l.Layer, err = overlay.Open(ctx, opt); err != nil {
 		return nil, fmt.Errorf("exec: make /workspace: %w", err)
+	}
+	if r.Metrics != nil {
+		kind := "new"
+		if l.Reused() {
+			kind = "shelved"
+		}
+		r.Metrics.ExecWorkspaces.WithLabelValues(kind).Inc()
 	}
 	return l, nil
 }
@@ -643,7 +669,11 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		if later == nil || later.layer == nil {
 			// After a failed delivery this commit fails the same way and
 			// the draft stays; otherwise there is nothing left to commit.
-			if err := m.Unmount(cctx); err != nil && commitErr == nil {
+			// An overlay nothing touched, of a command whose processes
+			// are all gone, waits on the shelf for the next exec.
+			if runErr == nil && r.shelf.Put(m.Layer) {
+				// shelved
+			} else if err := m.Unmount(cctx); err != nil && commitErr == nil {
 				r.Log.Warn("unmount", "id", e.ID, "err", err)
 			}
 		}
@@ -835,6 +865,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	err := group.Wait()
 	r.stop(errShutdown)
 	r.abandonUnsettled() // those of execs that ended after settleLoop did
+	err = errors.Join(err, r.shelf.Close())
 	if r.pool != nil {
 		err = errors.Join(err, r.pool.Close())
 	}

@@ -1,0 +1,204 @@
+package overlay_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"computerd/computerd/overlay"
+	"computerd/core"
+	"computerd/fsstore"
+)
+
+// shelfFixture opens layers under a layers directory of their own (so
+// that Recover can be pointed at it) through a shelf.
+type shelfFixture struct {
+	*fixture
+	layers string
+	shelf  *overlay.Shelf
+}
+
+func newShelfFixture(t *testing.T) *shelfFixture {
+	f := newFixture(t)
+	sf := &shelfFixture{fixture: f, layers: filepath.Join(f.dir, "layers"), shelf: overlay.NewShelf(4, time.Minute, nil)}
+	must(t, os.Mkdir(sf.layers, 0o700))
+	t.Cleanup(func() { sf.shelf.Close() })
+	return sf
+}
+
+func (f *shelfFixture) open(t *testing.T, id string, base int64) *overlay.Layer {
+	t.Helper()
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base,
+		Dir: filepath.Join(f.layers, id), Shelf: f.shelf, Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// done commits l as the runner does when its command has ended, and
+// shelves it if the shelf takes it (unmounting it otherwise).
+func (f *shelfFixture) done(t *testing.T, l *overlay.Layer) (changed, shelved bool) {
+	t.Helper()
+	_, changed, err := l.Commit(bg)
+	must(t, err)
+	if f.shelf.Put(l) {
+		return changed, true
+	}
+	must(t, l.Unmount(bg))
+	return changed, false
+}
+
+func (f *shelfFixture) drafts(t *testing.T) []string {
+	t.Helper()
+	ds, err := f.st.Drafts(bg)
+	must(t, err)
+	var labels []string
+	for _, d := range ds {
+		labels = append(labels, d.Label)
+	}
+	return labels
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	must(t, err)
+	return string(b)
+}
+
+// TestShelf: an exec's overlay that nothing touched goes to the next exec
+// on the same revision; one with any trace of a write, or on another
+// revision, does not, and an exec on another revision takes the shelved
+// layer down.
+func TestShelf(t *testing.T) {
+	f := newShelfFixture(t)
+	b := &core.Batch{}
+	b.Mkdir("d", 0o755).WriteFile("a.txt", []byte("a"), 0o644).WriteFile("d/b.txt", []byte("b"), 0o644)
+	base := f.commit(t, b)
+
+	l1 := f.open(t, "x1", base.Rev)
+	if l1.Reused() {
+		t.Fatal("the first layer came off an empty shelf")
+	}
+	if got := readFile(t, filepath.Join(l1.Mountpoint(), "d/b.txt")); got != "b" {
+		t.Fatalf("d/b.txt = %q", got)
+	}
+	if changed, shelved := f.done(t, l1); changed || !shelved {
+		t.Fatalf("a read-only layer: changed %v shelved %v, want false true", changed, shelved)
+	}
+	l2 := f.open(t, "x2", base.Rev)
+	if l2 != l1 || !l2.Reused() || f.shelf.Len() != 0 {
+		t.Fatalf("the second exec on the revision got a new layer (reused %v, %d left on the shelf)", l2.Reused(), f.shelf.Len())
+	}
+	// The draft is the new exec's, and the previous one's is gone.
+	if got := f.drafts(t); len(got) != 1 || got[0] != overlay.ExecLabel("x2") {
+		t.Fatalf("drafts %v, want the second exec's alone", got)
+	}
+	if got := readFile(t, filepath.Join(l2.Mountpoint(), "a.txt")); got != "a" {
+		t.Fatalf("a.txt through the shelved layer = %q", got)
+	}
+	// A write commits as from a fresh layer, and the layer is not shelved.
+	must(t, os.WriteFile(filepath.Join(l2.Mountpoint(), "d/new.txt"), []byte("new"), 0o644))
+	if changed, shelved := f.done(t, l2); !changed || shelved {
+		t.Fatalf("a layer that wrote: changed %v shelved %v, want true false", changed, shelved)
+	}
+	head, err := f.st.WorkspaceByID(bg, f.ws.ID)
+	must(t, err)
+	if head.Head != base.Rev+1 {
+		t.Fatalf("head %d after the write, want %d", head.Head, base.Rev+1)
+	}
+
+	// Any trace of a write keeps a layer off the shelf, even one that
+	// commits nothing.
+	n := 0
+	for name, touch := range map[string]func(m string) error{
+		"a file made and removed": func(m string) error {
+			if err := os.WriteFile(filepath.Join(m, "tmp"), nil, 0o644); err != nil {
+				return err
+			}
+			return os.Remove(filepath.Join(m, "tmp"))
+		},
+		"a file rewritten with its own bytes": func(m string) error {
+			return os.WriteFile(filepath.Join(m, "a.txt"), []byte("a"), 0o644)
+		},
+		"the root's mode changed and changed back": func(m string) error {
+			fi, err := os.Stat(m)
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(m, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(m, fi.Mode().Perm())
+		},
+	} {
+		n++
+		l := f.open(t, fmt.Sprintf("t%d", n), base.Rev)
+		must(t, touch(l.Mountpoint()))
+		if _, shelved := f.done(t, l); shelved {
+			t.Fatalf("%s: shelved", name)
+		}
+	}
+
+	// An exec on another revision takes the shelved layer down, so that
+	// the view's live tree can move to its revision.
+	l3 := f.open(t, "x3", core.Head)
+	if got := readFile(t, filepath.Join(l3.Mountpoint(), "d/new.txt")); got != "new" {
+		t.Fatalf("d/new.txt at the head = %q", got)
+	}
+	if _, shelved := f.done(t, l3); !shelved {
+		t.Fatal("a read-only layer at the head was not shelved")
+	}
+	l4 := f.open(t, "x4", base.Rev)
+	if l4.Reused() || f.shelf.Len() != 0 {
+		t.Fatalf("an exec on an older revision: reused %v, %d on the shelf", l4.Reused(), f.shelf.Len())
+	}
+	if _, err := os.Stat(filepath.Join(l4.Mountpoint(), "d/new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d/new.txt at the base revision: %v, want not there", err)
+	}
+	if _, err := os.Stat(l3.Mountpoint()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the layer taken off the shelf is still there: %v", err)
+	}
+	must(t, l4.Unmount(bg))
+	if got := f.drafts(t); len(got) != 0 {
+		t.Fatalf("drafts %v left", got)
+	}
+}
+
+// TestShelfCrash: a shelved layer left by a process that died is what
+// Recover expects of an exec that wrote nothing: no revision, no draft,
+// no layer.
+func TestShelfCrash(t *testing.T) {
+	f := newShelfFixture(t)
+	b := &core.Batch{}
+	b.WriteFile("a.txt", []byte("a"), 0o644)
+	base := f.commit(t, b)
+	l := f.open(t, "x1", base.Rev)
+	if _, shelved := f.done(t, l); !shelved {
+		t.Fatal("not shelved")
+	}
+	l = f.open(t, "x2", base.Rev) // relabelled for the second exec
+	if _, shelved := f.done(t, l); !shelved {
+		t.Fatal("not shelved the second time")
+	}
+	// What a new process finds: the mount, its record and its draft.
+	must(t, overlay.Recover(bg, f.st, f.layers))
+	rec, err := overlay.RecoverDrafts(bg, f.st)
+	must(t, err)
+	for _, r := range rec {
+		if r.Err != nil || r.Revision.Rev != 0 || r.Kept != "" {
+			t.Fatalf("recovered %+v, want nothing committed", r)
+		}
+	}
+	ws, err := f.st.WorkspaceByID(bg, f.ws.ID)
+	must(t, err)
+	entries, _ := os.ReadDir(f.layers)
+	if ws.Head != base.Rev || len(f.drafts(t)) != 0 || len(entries) != 0 {
+		t.Fatalf("after recovery: head %d (want %d), drafts %v, layers %d", ws.Head, base.Rev, f.drafts(t), len(entries))
+	}
+	f.shelf.Close() // the dead process's: what it held is gone, its errors say so
+}
