@@ -31,7 +31,12 @@ func newShelfFixture(t *testing.T) *shelfFixture {
 
 func (f *shelfFixture) open(t *testing.T, id string, base int64) *overlay.Layer {
 	t.Helper()
-	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: f.ws.ID, BaseRev: base,
+	return f.openIn(t, f.ws.ID, id, base)
+}
+
+func (f *shelfFixture) openIn(t *testing.T, ws int64, id string, base int64) *overlay.Layer {
+	t.Helper()
+	l, err := overlay.Open(bg, overlay.Options{Store: f.st, View: f.view, Workspace: ws, BaseRev: base,
 		Dir: filepath.Join(f.layers, id), Shelf: f.shelf, Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: "t", ExecID: id}})
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +206,41 @@ func TestShelfCrash(t *testing.T) {
 		t.Fatalf("after recovery: head %d (want %d), drafts %v, layers %d", ws.Head, base.Rev, f.drafts(t), len(entries))
 	}
 	f.shelf.Close() // the dead process's: what it held is gone, its errors say so
+}
+
+// TestShelfBounds: the shelf holds at most its size (the layer shelved
+// longest ago goes first), and a layer left on it for its idle time is
+// unmounted.
+func TestShelfBounds(t *testing.T) {
+	f := newShelfFixture(t)
+	f.shelf.Close()
+	f.shelf = overlay.NewShelf(2, 300*time.Millisecond, nil)
+	var layers []*overlay.Layer
+	for i := range 3 {
+		ws, err := f.st.CreateWorkspace(bg, "t", fmt.Sprintf("w%d", i))
+		must(t, err)
+		l := f.openIn(t, ws.ID, fmt.Sprintf("x%d", i), core.Head)
+		if _, shelved := f.done(t, l); !shelved {
+			t.Fatalf("layer %d not shelved", i)
+		}
+		layers = append(layers, l)
+	}
+	gone := func(l *overlay.Layer) bool {
+		_, err := os.Stat(l.Mountpoint())
+		return errors.Is(err, os.ErrNotExist)
+	}
+	if f.shelf.Len() != 2 || !gone(layers[0]) || gone(layers[1]) || gone(layers[2]) {
+		t.Fatalf("a shelf of 2 after 3 layers: %d on it, gone %v %v %v, want the first alone gone",
+			f.shelf.Len(), gone(layers[0]), gone(layers[1]), gone(layers[2]))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.shelf.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if f.shelf.Len() != 0 || !gone(layers[1]) || !gone(layers[2]) {
+		t.Fatalf("after the idle time: %d on the shelf, gone %v %v", f.shelf.Len(), gone(layers[1]), gone(layers[2]))
+	}
+	if got := f.drafts(t); len(got) != 0 {
+		t.Fatalf("drafts %v left", got)
+	}
 }
