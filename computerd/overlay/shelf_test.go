@@ -214,31 +214,42 @@ func TestShelfCrash(t *testing.T) {
 func TestShelfBounds(t *testing.T) {
 	f := newShelfFixture(t)
 	f.shelf.Close()
-	f.shelf = overlay.NewShelf(2, 300*time.Millisecond, nil)
-	var layers []*overlay.Layer
-	for i := range 3 {
+	f.shelf = overlay.NewShelf(2, time.Minute, nil)
+	shelve := func(i int) *overlay.Layer {
+		t.Helper()
 		ws, err := f.st.CreateWorkspace(bg, "t", fmt.Sprintf("w%d", i))
 		must(t, err)
 		l := f.openIn(t, ws.ID, fmt.Sprintf("x%d", i), core.Head)
 		if _, shelved := f.done(t, l); !shelved {
 			t.Fatalf("layer %d not shelved", i)
 		}
-		layers = append(layers, l)
+		return l
 	}
 	gone := func(l *overlay.Layer) bool {
 		_, err := os.Stat(l.Mountpoint())
 		return errors.Is(err, os.ErrNotExist)
 	}
+	var layers []*overlay.Layer
+	for i := range 3 {
+		layers = append(layers, shelve(i))
+	}
 	if f.shelf.Len() != 2 || !gone(layers[0]) || gone(layers[1]) || gone(layers[2]) {
 		t.Fatalf("a shelf of 2 after 3 layers: %d on it, gone %v %v %v, want the first alone gone",
 			f.shelf.Len(), gone(layers[0]), gone(layers[1]), gone(layers[2]))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for f.shelf.Len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	must(t, f.shelf.Close())
+	if !gone(layers[1]) || !gone(layers[2]) {
+		t.Fatal("Close left layers mounted")
 	}
-	if f.shelf.Len() != 0 || !gone(layers[1]) || !gone(layers[2]) {
-		t.Fatalf("after the idle time: %d on the shelf, gone %v %v", f.shelf.Len(), gone(layers[1]), gone(layers[2]))
+
+	f.shelf = overlay.NewShelf(2, 100*time.Millisecond, nil)
+	l := shelve(3)
+	deadline := time.Now().Add(5 * time.Second)
+	for (!gone(l) || len(f.drafts(t)) > 0) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // the unmount is on its way
+	}
+	if f.shelf.Len() != 0 || !gone(l) {
+		t.Fatalf("after the idle time: %d on the shelf, gone %v", f.shelf.Len(), gone(l))
 	}
 	if got := f.drafts(t); len(got) != 0 {
 		t.Fatalf("drafts %v left", got)
