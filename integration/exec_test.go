@@ -519,30 +519,45 @@ func TestExecShelf(t *testing.T) {
 	e.ok("ws", "create", "w")
 	e.write("w", "a.txt", "one\n")
 	url := e.d.MetricsURL()
-	cat := func(want string) {
+	// An exec answers before its overlay is shelved (or taken down):
+	// wait for the shelf to hold what it should before the next one.
+	shelved := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for metric(t, url, "computerd_exec_workspaces_shelved") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("computerd_exec_workspaces_shelved = %v, want %v", metric(t, url, "computerd_exec_workspaces_shelved"), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cat := func(want string, shelf float64) {
 		t.Helper()
 		if out, errs, code := e.exec("w", "--", "cat", "a.txt"); out != want || code != 0 {
 			t.Fatalf("cat a.txt: %q (%s), status %d, want %q", out, errs, code, want)
 		}
+		shelved(shelf)
 	}
-	cat("one\n") // new, then shelved
-	cat("one\n") // shelved
+	cat("one\n", 1) // new, then shelved
+	cat("one\n", 1) // shelved, and shelved again
 	head := e.head("w")
 	// A file made and removed commits nothing but leaves its trace: that
 	// overlay is not shelved, and the next exec does not see the file.
 	if _, errs, code := e.exec("w", "--", "sh", "-c", "touch t && rm t && mkdir -p /workspace/d && rmdir /workspace/d"); code != 0 {
 		t.Fatalf("touch and rm: status %d (%s)", code, errs)
 	}
+	shelved(0)
 	if e.head("w") != head {
 		t.Fatalf("head %d after an exec that changed nothing, want %d", e.head("w"), head)
 	}
-	cat("one\n") // new
+	cat("one\n", 1) // new
 	e.write("w", "a.txt", "two\n")
-	cat("two\n") // new: the head moved
+	cat("two\n", 1) // new: the head moved
 	if _, errs, code := e.exec("w", "--", "sh", "-c", "echo three > a.txt"); code != 0 {
 		t.Fatalf("write: status %d (%s)", code, errs)
 	}
-	cat("three\n") // new: the head moved
+	shelved(0)
+	cat("three\n", 1) // new: the head moved
 	for name, want := range map[string]float64{
 		`computerd_exec_workspaces_total{kind="shelved"}`: 3,
 		`computerd_exec_workspaces_total{kind="new"}`:     4,

@@ -55,6 +55,8 @@ type Metrics struct {
 	// (mounted for the exec) or shelved (an untouched one of an earlier
 	// exec on the same revision, overlay.Shelf).
 	ExecWorkspaces *prometheus.CounterVec
+	// ExecShelved is how many such overlays are on the shelf now.
+	ExecShelved prometheus.Gauge
 	// ExecsRefused counts execs refused before they ran, by reason
 	// (ceiling: asked above a --exec-max-* ceiling; busy: at the running
 	// limit); ExecsTruncated those whose output reached the cap.
@@ -140,6 +142,9 @@ func New() *Metrics {
 	m.ExecWorkspaces = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computerd_exec_workspaces_total", Help: "Overlays execs saw /workspace through, by kind: new (mounted for the exec) or shelved (kept from an earlier exec on the same revision that changed nothing).",
 	}, []string{"kind"})
+	m.ExecShelved = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "computerd_exec_workspaces_shelved", Help: "Overlays of execs that changed nothing, kept mounted for the next exec on the same revision.",
+	})
 	m.GCRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computerd_gc_runs_total", Help: "Retention passes (prune, then GC), by outcome (ok, error).",
 	}, []string{"outcome"})
@@ -157,7 +162,7 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 	})
 	m.Registry.MustRegister(m.GCRuns, m.GCRevisions, m.GCChunks, m.GCBytes, m.GCDuration)
-	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecWorkspaces, m.ExecsRefused, m.ExecsTruncated)
+	m.Registry.MustRegister(m.Execs, m.ExecStart, m.ExecDuration, m.ExecsRunning, m.ExecContainers, m.ExecWorkspaces, m.ExecShelved, m.ExecsRefused, m.ExecsTruncated)
 	m.Registry.MustRegister(m.SyncBytes, m.SyncChunks, m.Pushes, m.PendingPushes, m.SyncLatency)
 	m.Registry.MustRegister(m.Requests, m.Errors, m.Unauthenticated, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),

@@ -43,6 +43,7 @@ type Shelf struct {
 	closed bool
 	layers map[int64]*shelved // by workspace
 	seq    uint64             // order of Put, for eviction
+	gauge  func(n int)        // told the count whenever it changes
 }
 
 type shelved struct {
@@ -58,6 +59,22 @@ func NewShelf(max int, idle time.Duration, log *slog.Logger) *Shelf {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Shelf{max: max, idle: idle, log: log, layers: map[int64]*shelved{}}
+}
+
+// Report has report called with the number of shelved layers whenever it
+// changes (for a gauge), under the shelf's lock.
+func (s *Shelf) Report(report func(n int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gauge = report
+	report(len(s.layers))
+}
+
+// changed reports the count; s.mu is held.
+func (s *Shelf) changed() {
+	if s.gauge != nil {
+		s.gauge(len(s.layers))
+	}
 }
 
 // Put shelves l, an exec's layer whose command has ended and been reaped
@@ -97,6 +114,7 @@ func (s *Shelf) Put(l *Layer) bool {
 		evict = append(evict, s.layers[oldest].l)
 		delete(s.layers, oldest)
 	}
+	s.changed()
 	s.mu.Unlock()
 	for _, old := range evict {
 		s.unmount(old)
@@ -115,6 +133,7 @@ func (s *Shelf) take(ws, base int64, opt Options) *Layer {
 	if e != nil {
 		e.timer.Stop()
 		delete(s.layers, ws)
+		s.changed()
 	}
 	s.mu.Unlock()
 	if e == nil {
@@ -137,6 +156,7 @@ func (s *Shelf) expire(ws int64, e *shelved) {
 		return // taken or evicted meanwhile
 	}
 	delete(s.layers, ws)
+	s.changed()
 	s.mu.Unlock()
 	s.unmount(e.l)
 }
@@ -170,6 +190,7 @@ func (s *Shelf) Close() error {
 		ls = append(ls, e.l)
 		delete(s.layers, id)
 	}
+	s.changed()
 	s.mu.Unlock()
 	var errs []error
 	for _, l := range ls {

@@ -300,6 +300,9 @@ func (r *Runner) Open(ctx context.Context) error {
 		r.Shelf = ShelfLayers
 	}
 	r.shelf = overlay.NewShelf(r.Shelf, ShelfIdle, r.Log)
+	if r.Metrics != nil {
+		r.shelf.Report(func(n int) { r.Metrics.ExecShelved.Set(float64(n)) })
+	}
 
 	// Execs and loops outlive the call that opens the runner (a signal
 	// that cancels it starts a graceful shutdown, in which they go on):
