@@ -16,10 +16,14 @@ import (
 )
 
 // TestMain lets the test binary serve a mount as a child process that the
-// crash tests kill.
+// crash tests kill, or map a file of a mount the test serves (mapper).
 func TestMain(m *testing.M) {
 	if os.Getenv("FUSEFS_CHILD") != "" {
 		serveChild()
+		return
+	}
+	if os.Getenv("FUSEFS_MAPPER") != "" {
+		runMapper()
 		return
 	}
 	os.Exit(m.Run())

@@ -279,23 +279,13 @@ func TestMmap(t *testing.T) {
 	st, w, m, dir := mount(t)
 	p := filepath.Join(dir, "m")
 	mustWrite(t, p, string(bytes.Repeat([]byte{'.'}, 8192)))
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
+	mem := startMapper(t, p, 8192)
+	if got := mem.read(t, 100, 1); got != "." {
+		t.Fatalf("mmap read %q", got)
 	}
-	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mem[100] != '.' {
-		t.Fatal("mmap read")
-	}
-	copy(mem[4096:], "mapped")
-	if err := unix.Msync(mem, unix.MS_SYNC); err != nil {
-		t.Fatal(err)
-	}
-	unix.Munmap(mem)
+	mem.write(t, 4096, "mapped")
+	mem.do(t, "msync")
+	mem.do(t, "unmap")
 	commit(t, m)
 	got, _ := storeFile(t, st, w.ID, "m")
 	if got[4096:4102] != "mapped" || got[0] != '.' {

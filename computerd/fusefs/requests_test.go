@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"computerd/computerd/fusefs"
 )
 
@@ -267,24 +265,14 @@ func TestStoreLeavesMappedWritesAlone(t *testing.T) {
 	if _, err := maker.WriteString("0123456789"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), 0, 10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(mem[2:], "ab")
+	mem := startMapper(t, p, 10)
+	mem.write(t, 2, "ab")
 	maker.Close()
 	time.Sleep(50 * time.Millisecond) // RELEASE is sent after close returns
-	if got := string(mem); got != "01ab456789" {
+	if got := mem.read(t, 0, 10); got != "01ab456789" {
 		t.Fatalf("mapping reads %q after the maker's close", got)
 	}
-	if err := unix.Munmap(mem); err != nil {
-		t.Fatal(err)
-	}
+	mem.do(t, "unmap")
 	if got := mustRead(t, p); got != "01ab456789" {
 		t.Fatalf("file reads %q", got)
 	}

@@ -668,15 +668,12 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	// exec has answered (unsettled.go); the layer keeps the writes.
 	late := failed && errors.Is(commitErr, core.ErrNoSpace)
 	var later *unsettled
+	shelved := false
 	cleanup := func() {
-		if later == nil || later.layer == nil {
+		if !shelved && (later == nil || later.layer == nil) {
 			// After a failed delivery this commit fails the same way and
 			// the draft stays; otherwise there is nothing left to commit.
-			// An overlay nothing touched, of a command whose processes
-			// are all gone, waits on the shelf for the next exec.
-			if runErr == nil && r.shelf.Put(m.Layer) {
-				// shelved
-			} else if err := m.Unmount(cctx); err != nil && commitErr == nil {
+			if err := m.Unmount(cctx); err != nil && commitErr == nil {
 				r.Log.Warn("unmount", "id", e.ID, "err", err)
 			}
 		}
@@ -742,6 +739,11 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	} else if journalErr != nil {
 		later = &unsettled{rec: e, base: e.Error}
 	}
+	// An overlay nothing touched, of a command whose processes are all
+	// gone, waits on the shelf for the next exec. It goes there before
+	// the answer (a few stat calls), so that the exec a client sends as
+	// soon as it has the answer finds it.
+	shelved = runErr == nil && later == nil && r.shelf.Put(m.Layer)
 	r.observe(e)
 	return e, cleanup
 }
