@@ -552,6 +552,7 @@ func TestExecShelf(t *testing.T) {
 	}
 	cat("one\n", 1) // new
 	e.write("w", "a.txt", "two\n")
+	shelved(0)      // the new head drops the overlay of the old one
 	cat("two\n", 1) // new: the head moved
 	if _, errs, code := e.exec("w", "--", "sh", "-c", "echo three > a.txt"); code != 0 {
 		t.Fatalf("write: status %d (%s)", code, errs)

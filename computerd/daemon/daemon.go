@@ -238,7 +238,12 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.mounts.Open(ctx); err != nil {
 		return err
 	}
-	d.Store.OnCommit = func(ws int64, _ core.Revision) { d.mounts.changed(ws) }
+	d.Store.OnCommit = func(ws int64, rev core.Revision) {
+		d.mounts.changed(ws)
+		if d.Runner != nil { // set before any commit but the runner's own recovery
+			d.Runner.Changed(ws, rev.Rev)
+		}
+	}
 	if !cfg.NoExec {
 		if err := d.openRunner(ctx); err != nil {
 			return err

@@ -125,7 +125,7 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 		if err := l.reuse(ctx, opt, label); err == nil {
 			return l, nil
 		}
-		opt.Shelf.unmount(l)
+		opt.Shelf.drop(l)
 	}
 	draft, err := opt.Store.CreateDraft(ctx, ws.ID, base, label)
 	if err != nil {

@@ -39,6 +39,8 @@ type Shelf struct {
 	idle time.Duration
 	log  *slog.Logger
 
+	wg sync.WaitGroup // unmounts under way (drop)
+
 	mu     sync.Mutex
 	closed bool
 	layers map[int64]*shelved // by workspace
@@ -117,7 +119,7 @@ func (s *Shelf) Put(l *Layer) bool {
 	s.changed()
 	s.mu.Unlock()
 	for _, old := range evict {
-		s.unmount(old)
+		s.drop(old)
 	}
 	return true
 }
@@ -144,8 +146,29 @@ func (s *Shelf) take(ws, base int64, opt Options) *Layer {
 		l.opt.Pool == opt.Pool && l.opt.Volumes == opt.Volumes {
 		return l
 	}
-	s.unmount(l)
+	s.drop(l)
 	return nil
+}
+
+// Moved drops the layer shelved for workspace ws if it is of a revision
+// before rev, the workspace's new head: no exec will ask for it now, and
+// dropping it at once, rather than when the next exec comes, keeps its
+// teardown off that exec's path. It does not block.
+func (s *Shelf) Moved(ws, rev int64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	e := s.layers[ws]
+	if e == nil || e.l.base >= rev {
+		s.mu.Unlock()
+		return
+	}
+	e.timer.Stop()
+	delete(s.layers, ws)
+	s.changed()
+	s.mu.Unlock()
+	s.drop(e.l)
 }
 
 // expire unmounts a layer left on the shelf for the idle time.
@@ -158,7 +181,17 @@ func (s *Shelf) expire(ws int64, e *shelved) {
 	delete(s.layers, ws)
 	s.changed()
 	s.mu.Unlock()
-	s.unmount(e.l)
+	s.drop(e.l)
+}
+
+// drop takes a layer off the shelf for good: it lets the view's tree go
+// at once (so that the exec that dropped it can have the tree moved) and
+// unmounts it in the background. Tearing down an overlay whose caches
+// hold a whole tree takes tens of milliseconds, which an exec need not
+// wait for.
+func (s *Shelf) drop(l *Layer) {
+	l.release()
+	s.wg.Go(func() { s.unmount(l) })
 }
 
 func (s *Shelf) unmount(l *Layer) {
@@ -177,7 +210,8 @@ func (s *Shelf) Len() int {
 	return len(s.layers)
 }
 
-// Close unmounts every shelved layer; Put refuses from then on.
+// Close unmounts every shelved layer and waits for those dropped before;
+// Put refuses from then on.
 func (s *Shelf) Close() error {
 	if s == nil {
 		return nil
@@ -198,6 +232,7 @@ func (s *Shelf) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	s.wg.Wait() // the layers dropped before
 	return errors.Join(errs...)
 }
 

@@ -68,6 +68,23 @@ func (f *shelfFixture) drafts(t *testing.T) []string {
 	return labels
 }
 
+// unmounted waits for l's background unmount (Shelf drops layers so)
+// and reports whether it is done: mount point and draft gone.
+func (f *shelfFixture) unmounted(t *testing.T, l *overlay.Layer) bool {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := os.Stat(l.Mountpoint())
+		if errors.Is(err, os.ErrNotExist) && len(f.drafts(t)) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func readFile(t *testing.T, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
@@ -165,10 +182,25 @@ func TestShelf(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l4.Mountpoint(), "d/new.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("d/new.txt at the base revision: %v, want not there", err)
 	}
-	if _, err := os.Stat(l3.Mountpoint()); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the layer taken off the shelf is still there: %v", err)
-	}
 	must(t, l4.Unmount(bg))
+	if !f.unmounted(t, l3) {
+		t.Fatal("the layer taken off the shelf is still there")
+	}
+
+	// A new head drops the layer shelved at an older one (the store's
+	// OnCommit calls Moved), without waiting for an exec.
+	l5 := f.open(t, "x5", core.Head)
+	if _, shelved := f.done(t, l5); !shelved {
+		t.Fatal("a read-only layer at the head was not shelved")
+	}
+	f.shelf.Moved(f.ws.ID, headOf(t, f))
+	if f.shelf.Len() != 1 {
+		t.Fatal("Moved to the layer's own revision dropped it")
+	}
+	f.shelf.Moved(f.ws.ID, headOf(t, f)+1)
+	if f.shelf.Len() != 0 || !f.unmounted(t, l5) {
+		t.Fatalf("after Moved to a later revision: %d on the shelf", f.shelf.Len())
+	}
 	if got := f.drafts(t); len(got) != 0 {
 		t.Fatalf("drafts %v left", got)
 	}
@@ -233,9 +265,16 @@ func TestShelfBounds(t *testing.T) {
 	for i := range 3 {
 		layers = append(layers, shelve(i))
 	}
-	if f.shelf.Len() != 2 || !gone(layers[0]) || gone(layers[1]) || gone(layers[2]) {
-		t.Fatalf("a shelf of 2 after 3 layers: %d on it, gone %v %v %v, want the first alone gone",
-			f.shelf.Len(), gone(layers[0]), gone(layers[1]), gone(layers[2]))
+	if f.shelf.Len() != 2 || gone(layers[1]) || gone(layers[2]) {
+		t.Fatalf("a shelf of 2 after 3 layers: %d on it, gone %v %v, want the last two kept",
+			f.shelf.Len(), gone(layers[1]), gone(layers[2]))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !gone(layers[0]) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !gone(layers[0]) {
+		t.Fatal("the first layer was not unmounted")
 	}
 	must(t, f.shelf.Close())
 	if !gone(layers[1]) || !gone(layers[2]) {
@@ -244,14 +283,15 @@ func TestShelfBounds(t *testing.T) {
 
 	f.shelf = overlay.NewShelf(2, 100*time.Millisecond, nil)
 	l := shelve(3)
-	deadline := time.Now().Add(5 * time.Second)
-	for (!gone(l) || len(f.drafts(t)) > 0) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // the unmount is on its way
+	if !f.unmounted(t, l) || f.shelf.Len() != 0 {
+		t.Fatalf("after the idle time: %d on the shelf, drafts %v", f.shelf.Len(), f.drafts(t))
 	}
-	if f.shelf.Len() != 0 || !gone(l) {
-		t.Fatalf("after the idle time: %d on the shelf, gone %v", f.shelf.Len(), gone(l))
-	}
-	if got := f.drafts(t); len(got) != 0 {
-		t.Fatalf("drafts %v left", got)
-	}
+}
+
+// headOf is the head of f's workspace.
+func headOf(t *testing.T, f *shelfFixture) int64 {
+	t.Helper()
+	ws, err := f.st.WorkspaceByID(bg, f.ws.ID)
+	must(t, err)
+	return ws.Head
 }

@@ -517,6 +517,11 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	return rec, nil
 }
 
+// Changed tells the runner that workspace ws has a new head, rev (the
+// store's OnCommit): an overlay shelved at an older revision is dropped.
+// It does not block.
+func (r *Runner) Changed(ws, rev int64) { r.shelf.Moved(ws, rev) }
+
 // checkCeilings refuses limits above the runner's ceilings.
 func (r *Runner) checkCeilings(l core.Limits) error {
 	switch {
