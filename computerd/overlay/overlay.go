@@ -99,7 +99,6 @@ type Layer struct {
 	committed bool
 	keptDraft bool  // the draft holds the changes: keep it
 	result    error // of the commit
-	wrote     bool  // the commit found changes
 	reused    bool  // taken from a Shelf
 	target    int64
 }
@@ -121,8 +120,7 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 	}
 	label := ExecLabel(opt.Info.ExecID)
 	if l := opt.Shelf.take(ws.ID, base, opt); l != nil {
-		l.ws = ws
-		if err := l.reuse(ctx, opt, label); err == nil {
+		if err := l.reuse(ctx, ws, opt, label); err == nil {
 			return l, nil
 		}
 		opt.Shelf.drop(l)
@@ -497,7 +495,6 @@ func (l *Layer) commit(ctx context.Context) (core.Revision, bool, error) {
 	if len(cs.Ops) == 0 {
 		return core.Revision{}, false, nil
 	}
-	l.wrote = true
 	if err := up.Flush(ctx); err != nil {
 		return core.Revision{}, false, err
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"computerd/core"
 )
 
 // A Shelf keeps the overlays of execs that wrote nothing mounted, one per
@@ -79,6 +81,19 @@ func (s *Shelf) changed() {
 	}
 }
 
+// remove takes workspace ws's entry off the shelf and returns its layer
+// (nil if none), for the caller to drop or hand out; s.mu is held and
+// the caller reports the count (changed).
+func (s *Shelf) remove(ws int64) *Layer {
+	e := s.layers[ws]
+	if e == nil {
+		return nil
+	}
+	e.timer.Stop()
+	delete(s.layers, ws)
+	return e.l
+}
+
 // Put shelves l, an exec's layer whose command has ended and been reaped
 // and whose changes Commit has dealt with, and reports whether it did. If
 // it did not, the caller unmounts l as usual.
@@ -98,8 +113,7 @@ func (s *Shelf) Put(l *Layer) bool {
 			s.mu.Unlock()
 			return false // the shelf has that revision (or a later one) already
 		}
-		old.timer.Stop()
-		evict = append(evict, old.l)
+		evict = append(evict, s.remove(ws))
 	}
 	s.seq++
 	e := &shelved{l: l, seq: s.seq}
@@ -112,9 +126,7 @@ func (s *Shelf) Put(l *Layer) bool {
 				oldest = id
 			}
 		}
-		s.layers[oldest].timer.Stop()
-		evict = append(evict, s.layers[oldest].l)
-		delete(s.layers, oldest)
+		evict = append(evict, s.remove(oldest))
 	}
 	s.changed()
 	s.mu.Unlock()
@@ -131,17 +143,12 @@ func (s *Shelf) take(ws, base int64, opt Options) *Layer {
 		return nil
 	}
 	s.mu.Lock()
-	e := s.layers[ws]
-	if e != nil {
-		e.timer.Stop()
-		delete(s.layers, ws)
-		s.changed()
-	}
+	l := s.remove(ws)
+	s.changed()
 	s.mu.Unlock()
-	if e == nil {
+	if l == nil {
 		return nil
 	}
-	l := e.l
 	if l.base == base && l.opt.Mounts == opt.Mounts && l.opt.UpperSize == opt.UpperSize &&
 		l.opt.Pool == opt.Pool && l.opt.Volumes == opt.Volumes {
 		return l
@@ -164,8 +171,7 @@ func (s *Shelf) Moved(ws, rev int64) {
 		s.mu.Unlock()
 		return
 	}
-	e.timer.Stop()
-	delete(s.layers, ws)
+	s.remove(ws)
 	s.changed()
 	s.mu.Unlock()
 	s.drop(e.l)
@@ -178,7 +184,7 @@ func (s *Shelf) expire(ws int64, e *shelved) {
 		s.mu.Unlock()
 		return // taken or evicted meanwhile
 	}
-	delete(s.layers, ws)
+	s.remove(ws)
 	s.changed()
 	s.mu.Unlock()
 	s.drop(e.l)
@@ -219,10 +225,8 @@ func (s *Shelf) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	var ls []*Layer
-	for id, e := range s.layers {
-		e.timer.Stop()
-		ls = append(ls, e.l)
-		delete(s.layers, id)
+	for id := range s.layers {
+		ls = append(ls, s.remove(id))
 	}
 	s.changed()
 	s.mu.Unlock()
@@ -237,11 +241,11 @@ func (s *Shelf) Close() error {
 }
 
 // untouched reports whether nothing of l has changed since it was
-// mounted: committed without a change, and an upper directory that is
-// empty with the times the mount left it.
+// mounted: committed, and an upper directory that is empty with the times
+// the mount left it (whose commit therefore found no change).
 func (l *Layer) untouched() bool {
 	l.mu.Lock()
-	ok := l.committed && l.result == nil && !l.wrote && !l.keptDraft
+	ok := l.committed && l.result == nil && !l.keptDraft
 	l.mu.Unlock()
 	if !ok {
 		return false
@@ -273,7 +277,8 @@ func (l *Layer) stampUpper() error {
 // reuse makes a shelved layer exec opt's: a new draft under the exec's
 // label, recorded before the previous exec's draft goes, so that a crash
 // at any point leaves Recover a record whose draft exists.
-func (l *Layer) reuse(ctx context.Context, opt Options, label string) error {
+func (l *Layer) reuse(ctx context.Context, ws core.Workspace, opt Options, label string) error {
+	l.ws = ws // as it is now (its name may have changed)
 	draft, err := opt.Store.CreateDraft(ctx, l.ws.ID, l.base, label)
 	if err != nil {
 		return fmt.Errorf("overlay: draft of %s: %w", l.ws.Name, err)
@@ -287,7 +292,7 @@ func (l *Layer) reuse(ctx context.Context, opt Options, label string) error {
 	opt.Dir = l.opt.Dir
 	l.mu.Lock()
 	l.opt, l.draft, l.target = opt, draft, draft.ID
-	l.committed, l.result, l.keptDraft, l.wrote = false, nil, false, false
+	l.committed, l.result, l.keptDraft = false, nil, false
 	l.reused = true
 	l.mu.Unlock()
 	// Empty: a crash before this leaves it to RecoverDrafts, which deletes it.
