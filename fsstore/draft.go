@@ -51,13 +51,8 @@ func (s *Store) CreateDraft(ctx context.Context, src int64, rev int64, label str
 			return err
 		}
 		now := s.Now().UnixNano()
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
-			tenant, name, w.ID, rev, now)
-		if err != nil {
+		if id, err = s.insertLayer(ctx, tenant, name, w.ID, rev, now); err != nil {
 			return wrapDB("create draft", err)
-		}
-		if id, err = res.LastInsertId(); err != nil {
-			return err
 		}
 		_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("draft of %s@%d", w.Name, rev), 0)
 		return wrapDB("record revision", err)

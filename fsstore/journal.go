@@ -256,12 +256,12 @@ func (s *Store) ExecByID(ctx context.Context, id string) (core.Exec, error) {
 	return s.execWhere(ctx, s.rdb, `id = ?`, id)
 }
 
-// Execs lists a workspace's execs, newest first (limit 0: all).
-func (s *Store) Execs(ctx context.Context, ws int64, limit int) ([]core.Exec, error) {
+// Execs lists the execs of tenant's workspace ws, newest first (limit 0: all).
+func (s *Store) Execs(ctx context.Context, tenant string, ws int64, limit int) ([]core.Exec, error) {
 	if limit <= 0 {
 		limit = -1
 	}
-	return s.execList(ctx, `WHERE ws = ? ORDER BY started_ns DESC LIMIT ?`, ws, limit)
+	return s.execList(ctx, `WHERE ws = ? AND tenant = ? ORDER BY started_ns DESC LIMIT ?`, ws, tenant, limit)
 }
 
 // ExecsInState lists every exec in state (running ones after a crash, pending pushes).

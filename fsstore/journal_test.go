@@ -58,8 +58,9 @@ func TestJournal(t *testing.T) {
 	if err != nil || got.State != core.ExecExited || got.ExitCode != 3 || got.Rev != rev.Rev {
 		t.Fatalf("after update: %+v %v", got, err)
 	}
-	list, err := s.Execs(ctx, w.ID, 0)
-	if err != nil || len(list) != 3 || list[len(list)-1].ID != e.ID {
+	// Only t's own: the record of tenant u naming t's workspace is not listed.
+	list, err := s.Execs(ctx, w.Tenant, w.ID, 0)
+	if err != nil || len(list) != 2 || list[len(list)-1].ID != e.ID {
 		t.Fatalf("Execs: %+v %v", list, err)
 	}
 	if _, err := s.ExecByID(ctx, "nope"); !errors.Is(err, core.ErrNotFound) {

@@ -81,7 +81,7 @@ func TestMigrateJournalFromJSON(t *testing.T) {
 		}
 	}
 	// The columns the old schema indexed by still answer.
-	list, err := s.Execs(ctx, 1, 0)
+	list, err := s.Execs(ctx, "alice", 1, 0)
 	if err != nil || len(list) != 4 || list[0].ID != "x0000000000000004" || list[3].ID != "x0000000000000001" {
 		t.Fatalf("Execs of w, newest first: %+v %v", list, err)
 	}

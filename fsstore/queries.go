@@ -25,6 +25,7 @@ type queries struct {
 	insExtents                                     *sql.Stmt // extentBatch rows at once
 	extentRow                                      *sql.Stmt
 	insChunk, nextIno, insRevision, setHead        *sql.Stmt
+	nextID                                         *sql.Stmt // counters: ids that are never given out twice
 	changedDentries, changedInodes, changedExtents *sql.Stmt
 	dentriesOfIno                                  *sql.Stmt
 	listStats, listDirs, listData                  *sql.Stmt
@@ -93,6 +94,7 @@ func prepareQueries(ctx context.Context, p interface {
 		{&q.extentRow, `SELECT chunk, birth, death FROM extents WHERE ws = ? AND ino = ? AND idx = ? AND birth <= ? ORDER BY birth DESC LIMIT 1`},
 		{&q.insChunk, `INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING`},
 		{&q.nextIno, `UPDATE counters SET value = value + ? WHERE name = 'ino' RETURNING value`},
+		{&q.nextID, `UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value`},
 		{&q.insRevision, `INSERT INTO revisions(ws, rev, time_ns, source, tenant, exec_id, message, changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&q.setHead, `UPDATE workspaces SET head = ? WHERE id = ?`},
 		{&q.changedDentries, `SELECT DISTINCT parent, name FROM dentries WHERE ws = ? AND birth > ? AND birth <= ?`},

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -269,6 +270,9 @@ func (s *Store) collectLayer(ctx context.Context, ws int64) error {
 		var base int64
 		err := s.wconn.QueryRowContext(ctx, `SELECT deleted_ns IS NOT NULL, COALESCE(base_ws, 0),
 			(SELECT count(*) FROM workspaces c WHERE c.base_ws = w.id) FROM workspaces w WHERE id = ?`, ws).Scan(&deleted, &base, &children)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // collected already (through a fork of it)
+		}
 		if err != nil {
 			return wrapDB("collect workspace", err)
 		}

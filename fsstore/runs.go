@@ -82,12 +82,12 @@ func (s *Store) runOn(ctx context.Context, q rowQuerier, id string) (core.Run, e
 	return r, wrapDB("read run", err)
 }
 
-// Runs lists a workspace's runs, newest first (limit 0: all).
-func (s *Store) Runs(ctx context.Context, ws int64, limit int) ([]core.Run, error) {
+// Runs lists the runs of tenant's workspace ws, newest first (limit 0: all).
+func (s *Store) Runs(ctx context.Context, tenant string, ws int64, limit int) ([]core.Run, error) {
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.ws = ? ORDER BY r.created_ns DESC, r.id LIMIT ?`, ws, limit)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.ws = ? AND r.tenant = ? ORDER BY r.created_ns DESC, r.id LIMIT ?`, ws, tenant, limit)
 	if err != nil {
 		return nil, wrapDB("list runs", err)
 	}
@@ -364,12 +364,12 @@ func (s *Store) AddMemory(ctx context.Context, tenant, text string) (core.Memory
 	}
 	m := core.Memory{Text: text, Created: s.Now()}
 	err := s.write(ctx, func() error {
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO memories(tenant, text, created_ns) VALUES (?, ?, ?)`, tenant, text, m.Created.UnixNano())
-		if err != nil {
-			return wrapDB("add memory", err)
+		var err error
+		if m.ID, err = s.newID(ctx, "memory"); err != nil {
+			return err
 		}
-		m.ID, err = res.LastInsertId()
-		return err
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO memories(id, tenant, text, created_ns) VALUES (?, ?, ?, ?)`, m.ID, tenant, text, m.Created.UnixNano())
+		return wrapDB("add memory", err)
 	})
 	return m, err
 }

@@ -96,7 +96,7 @@ func TestRuns(t *testing.T) {
 	if _, err := s.ClaimRun(ctx, r.ID, "d3"); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("claim of an ended run: %v", err)
 	}
-	if runs, err := s.Runs(ctx, w.ID, 0); err != nil || len(runs) != 1 || runs[0].ID != r.ID {
+	if runs, err := s.Runs(ctx, w.Tenant, w.ID, 0); err != nil || len(runs) != 1 || runs[0].ID != r.ID {
 		t.Errorf("runs %+v %v", runs, err)
 	}
 	if _, err := s.Run(ctx, "rnope"); !errors.Is(err, core.ErrNotFound) {

@@ -72,6 +72,11 @@ type Store struct {
 	// OnCommit, if set, is called after each Commit or Apply of a workspace
 	// (not CommitNodes, whose caller knows). It must not block.
 	OnCommit func(ws int64, rev core.Revision)
+	// OnDelete, if set, is called after DeleteWorkspace with the ids of
+	// the execs whose records went with the workspace, so that what lives
+	// outside the database (their output logs, the exec view's tree of
+	// the workspace, a shelved overlay) goes too. It must not block.
+	OnDelete func(ws int64, execs []string)
 	// DefaultQuota is the quota of every tenant without one of its own
 	// (SetQuota); the zero Quota sets no limit.
 	DefaultQuota Quota

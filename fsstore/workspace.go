@@ -49,12 +49,12 @@ func (s *Store) CreateWorkspace(ctx context.Context, tenant, name string) (core.
 		if err := s.wq.nextIno.QueryRowContext(ctx, 1).Scan(&ino); err != nil {
 			return wrapDB("allocate inode", err)
 		}
-		res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, head, created_ns) VALUES (?, ?, ?, 1, ?)`, tenant, name, ino, now)
-		if err != nil {
-			return wrapDB("create workspace", err)
-		}
-		if id, err = res.LastInsertId(); err != nil {
+		var err error
+		if id, err = s.newID(ctx, "workspace"); err != nil {
 			return err
+		}
+		if _, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(id, tenant, name, root_ino, head, created_ns) VALUES (?, ?, ?, ?, 1, ?)`, id, tenant, name, ino, now); err != nil {
+			return wrapDB("create workspace", err)
 		}
 		if _, err := s.wq.insInode.ExecContext(ctx, id, ino, 1, forever, syscall.S_IFDIR|0o755, 0, 0, 2, 0, now, now, nil, 0, nil, 0); err != nil {
 			return wrapDB("create root", err)
@@ -113,17 +113,34 @@ func (s *Store) Fork(ctx context.Context, src int64, rev int64, name string) (co
 // rev retained: the caller checked) inside the caller's write transaction.
 func (s *Store) insertFork(ctx context.Context, w core.Workspace, rev int64, name string) (int64, error) {
 	now := s.Now().UnixNano()
-	res, err := s.wconn.ExecContext(ctx, `INSERT INTO workspaces(tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, (SELECT root_ino FROM workspaces WHERE id = ?3), ?3, ?4, 1, ?5)`,
-		w.Tenant, name, w.ID, rev, now)
+	id, err := s.insertLayer(ctx, w.Tenant, name, w.ID, rev, now)
 	if err != nil {
 		return 0, wrapDB("fork workspace", err)
 	}
-	id, err := res.LastInsertId()
+	_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
+	return id, wrapDB("record revision", err)
+}
+
+// newID hands out the next id of kind (a row of counters): ids of
+// workspaces and memories are never given out twice, so nothing keyed by
+// a deleted one (its journal, runs, the exec view's tree) can reach
+// whoever comes next. Inside the caller's write transaction.
+func (s *Store) newID(ctx context.Context, kind string) (int64, error) {
+	var id int64
+	err := s.wq.nextID.QueryRowContext(ctx, kind).Scan(&id)
+	return id, wrapDB("allocate "+kind+" id", err)
+}
+
+// insertLayer writes the row of a workspace of tenant called name that
+// reads through to (base, rev), inside the caller's write transaction.
+func (s *Store) insertLayer(ctx context.Context, tenant, name string, base, rev, now int64) (int64, error) {
+	id, err := s.newID(ctx, "workspace")
 	if err != nil {
 		return 0, err
 	}
-	_, err = s.wq.insRevision.ExecContext(ctx, id, 1, now, string(core.SourceFork), w.Tenant, "", fmt.Sprintf("fork of %s@%d", w.Name, rev), 0)
-	return id, wrapDB("record revision", err)
+	_, err = s.wconn.ExecContext(ctx, `INSERT INTO workspaces(id, tenant, name, root_ino, base_ws, base_rev, head, created_ns) VALUES (?1, ?2, ?3, (SELECT root_ino FROM workspaces WHERE id = ?4), ?4, ?5, 1, ?6)`,
+		id, tenant, name, base, rev, now)
+	return id, err
 }
 
 type rowQuerier interface {
@@ -186,20 +203,86 @@ func (s *Store) Workspaces(ctx context.Context, tenant string) ([]core.Workspace
 }
 
 // DeleteWorkspace removes a workspace from its tenant's namespace and drops
-// its rows, except those that forks of it still read through to.
+// its rows, except those that forks of it still read through to, and
+// with them everything else keyed by its id: its exec journal, its agent
+// runs and their steps, and its mirror record. The id is never given out
+// again. OnDelete, if set, then learns of it.
 func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
-	return s.collect(ctx, func() error {
+	var execs []string
+	err := s.collect(ctx, func() error {
 		if _, err := s.liveWorkspace(ctx, s.wconn, id); err != nil {
 			return err
 		}
 		if _, err := s.wconn.ExecContext(ctx, `UPDATE workspaces SET deleted_ns = ? WHERE id = ?`, s.Now().UnixNano(), id); err != nil {
 			return wrapDB("delete workspace", err)
 		}
-		if _, err := s.wconn.ExecContext(ctx, `DELETE FROM mirrors WHERE ws = ?`, id); err != nil {
-			return wrapDB("delete workspace", err)
+		drafts, err := s.draftsOf(ctx, id)
+		if err != nil {
+			return err
+		}
+		if execs, err = s.execIDs(ctx, id); err != nil {
+			return err
+		}
+		for _, q := range []string{
+			`DELETE FROM mirrors WHERE ws = ?`,
+			`DELETE FROM execs WHERE ws = ?`,
+			`DELETE FROM run_steps WHERE run IN (SELECT id FROM runs WHERE ws = ?)`,
+			`DELETE FROM runs WHERE ws = ?`,
+		} {
+			if _, err := s.wconn.ExecContext(ctx, q, id); err != nil {
+				return wrapDB("delete workspace", err)
+			}
+		}
+		for _, d := range drafts {
+			if err := s.collectLayer(ctx, d); err != nil {
+				return err
+			}
 		}
 		return s.collectLayer(ctx, id)
 	})
+	if err == nil && s.OnDelete != nil {
+		s.OnDelete(id, execs)
+	}
+	return err
+}
+
+// draftsOf marks the live drafts of workspace ws deleted (what execs and
+// mounts of it had not committed yet: nothing can commit it now) and
+// returns their ids, inside the writer's transaction.
+func (s *Store) draftsOf(ctx context.Context, ws int64) ([]int64, error) {
+	rows, err := s.wconn.QueryContext(ctx, `UPDATE workspaces SET deleted_ns = ?1 WHERE base_ws = ?2 AND deleted_ns IS NULL
+		AND tenant = ?3 || (SELECT tenant FROM workspaces WHERE id = ?2) RETURNING id`, s.Now().UnixNano(), ws, draftTenantPrefix)
+	if err != nil {
+		return nil, wrapDB("delete drafts", err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, wrapDB("delete drafts", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, wrapDB("delete drafts", rows.Err())
+}
+
+// execIDs lists the ids of workspace ws's execs, inside the writer's transaction.
+func (s *Store) execIDs(ctx context.Context, ws int64) ([]string, error) {
+	rows, err := s.wconn.QueryContext(ctx, `SELECT id FROM execs WHERE ws = ?`, ws)
+	if err != nil {
+		return nil, wrapDB("list execs", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, wrapDB("list execs", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, wrapDB("list execs", rows.Err())
 }
 
 // Log lists a workspace's retained revisions, newest first; limit <= 0 means all.

@@ -82,7 +82,13 @@ type Home struct {
 	Observe func(kind string, chunks int, bytes int64)
 
 	mu    sync.Mutex
-	locks map[int64]*sync.Mutex // per workspace: pushes apply one at a time
+	locks map[int64]*pushLock // per workspace while a push holds or waits for it
+}
+
+// pushLock makes the pushes to one workspace apply one at a time.
+type pushLock struct {
+	sync.Mutex
+	users int // pushes holding or waiting for it, under Home.mu
 }
 
 func (h *Home) observe(kind string, chunks int, bytes int64) {
@@ -355,19 +361,31 @@ func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req Fe
 	return enc.Close()
 }
 
+// lock takes workspace ws's push lock; the func it returns releases it.
+// A lock no push holds or waits for goes, so the map holds only
+// workspaces being pushed to (not every id ever pushed to, deleted ones
+// included).
 func (h *Home) lock(ws int64) func() {
 	h.mu.Lock()
 	if h.locks == nil {
-		h.locks = map[int64]*sync.Mutex{}
+		h.locks = map[int64]*pushLock{}
 	}
 	l := h.locks[ws]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &pushLock{}
 		h.locks[ws] = l
 	}
+	l.users++
 	h.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		l.Unlock()
+		h.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(h.locks, ws)
+		}
+		h.mu.Unlock()
+	}
 }
 
 // Push reads a push stream for ws and applies it as one revision, or, if

@@ -94,7 +94,7 @@ func (s *Server) execOf(r *http.Request) (core.Exec, error) {
 		return core.Exec{}, err
 	}
 	rec, err := s.Store.ExecByID(r.Context(), r.PathValue("id"))
-	if err == nil && rec.WS != ws.ID {
+	if err == nil && (rec.WS != ws.ID || rec.Tenant != ws.Tenant) {
 		err = fmt.Errorf("exec %s: %w", r.PathValue("id"), core.ErrNotFound)
 	}
 	return rec, err
@@ -109,7 +109,7 @@ func (s *Server) listExecs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.Store.Execs(r.Context(), ws.ID, int(limit))
+	list, err := s.Store.Execs(r.Context(), ws.Tenant, ws.ID, int(limit))
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	runs, err := s.Store.Runs(r.Context(), ws.ID, int(limit))
+	runs, err := s.Store.Runs(r.Context(), ws.Tenant, ws.ID, int(limit))
 	if err != nil {
 		return err
 	}

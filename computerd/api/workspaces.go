@@ -62,6 +62,13 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.Mounts != nil {
+		for _, m := range s.Mounts.Mounts(ws.Tenant) {
+			if m.Workspace == ws.Name {
+				return failure(core.ErrConflict, "workspace %s is mounted at %s: unmount it first (agentctl umount %s)", ws.Name, m.Dir, m.Dir)
+			}
+		}
+	}
 	if err := s.Store.DeleteWorkspace(r.Context(), ws.ID); err != nil {
 		return err
 	}

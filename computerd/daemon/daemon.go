@@ -238,6 +238,11 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.mounts.Open(ctx); err != nil {
 		return err
 	}
+	d.Store.OnDelete = func(ws int64, execs []string) {
+		if d.Runner != nil {
+			d.Runner.Forget(ws, execs)
+		}
+	}
 	d.Store.OnCommit = func(ws int64, rev core.Revision) {
 		d.mounts.changed(ws)
 		if d.Runner != nil { // set before any commit but the runner's own recovery

@@ -249,6 +249,27 @@ func (v *View) Acquire(ctx context.Context, ws, rev int64) (dir string, release 
 	}
 }
 
+// Forget drops the trees of workspace ws, which was deleted: its live
+// tree and those of its revisions go, and the kernel is told to forget
+// their root entries, so nothing it cached of them is reached again. (Its
+// id is never given to another workspace, so no name under the view's
+// root leads to them either.) It does not block on execs using them.
+func (v *View) Forget(ws int64) {
+	v.mu.Lock()
+	delete(v.live, ws)
+	var notes []viewNotice
+	for name, t := range v.trees {
+		if t.ws != ws {
+			continue
+		}
+		t.live = false
+		delete(v.trees, name)
+		notes = append(notes, viewNotice{parent: fuse.FUSE_ROOT_ID, name: name})
+	}
+	v.mu.Unlock()
+	v.notify(notes)
+}
+
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // resetLive gives lt a new tree at snap (a new root name, so nothing of

@@ -564,6 +564,12 @@ func (l *Layer) Unmount(ctx context.Context) error {
 	l.mu.Lock()
 	keep := l.keptDraft
 	l.mu.Unlock()
+	// The workspace was deleted meanwhile: nothing of the exec's is
+	// wanted any more (its draft, if the store has not dropped it with
+	// the workspace, goes below).
+	if errors.Is(cerr, core.ErrWorkspaceNotFound) {
+		cerr = nil
+	}
 	if cerr != nil && !keep && !errors.As(cerr, new(*fusefs.ConflictError)) {
 		// The commit failed for another reason: the upper layer is all
 		// that holds the changes. Leave it for Recover (its volume
@@ -584,7 +590,7 @@ func (l *Layer) Unmount(ctx context.Context) error {
 		err = errors.Join(err, rerr)
 	}
 	if !keep {
-		if derr := l.opt.Store.DeleteWorkspace(context.WithoutCancel(ctx), l.draft.ID); derr != nil {
+		if derr := l.opt.Store.DeleteWorkspace(context.WithoutCancel(ctx), l.draft.ID); derr != nil && !errors.Is(derr, core.ErrWorkspaceNotFound) {
 			err = errors.Join(err, derr)
 		}
 	}

@@ -161,13 +161,20 @@ func (s *Shelf) take(ws, base int64, opt Options) *Layer {
 // before rev, the workspace's new head: no exec will ask for it now, and
 // dropping it at once, rather than when the next exec comes, keeps its
 // teardown off that exec's path. It does not block.
-func (s *Shelf) Moved(ws, rev int64) {
+func (s *Shelf) Moved(ws, rev int64) { s.dropIf(ws, func(l *Layer) bool { return l.base < rev }) }
+
+// Forget drops the layer shelved for workspace ws, which was deleted. It
+// does not block.
+func (s *Shelf) Forget(ws int64) { s.dropIf(ws, func(*Layer) bool { return true }) }
+
+// dropIf drops the layer shelved for workspace ws if drop says so.
+func (s *Shelf) dropIf(ws int64, drop func(*Layer) bool) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	e := s.layers[ws]
-	if e == nil || e.l.base >= rev {
+	if e == nil || !drop(e.l) {
 		s.mu.Unlock()
 		return
 	}

@@ -60,7 +60,7 @@ func TestCloseEndsTheRunner(t *testing.T) {
 	if !errors.Is(err, core.ErrClosed) {
 		t.Errorf("exec after Close: %v, want ErrClosed", err)
 	}
-	if execs, _ := st.Execs(ctx, w.ID, 0); len(execs) != 0 {
+	if execs, _ := st.Execs(ctx, w.Tenant, w.ID, 0); len(execs) != 0 {
 		t.Errorf("exec after Close recorded: %+v", execs)
 	}
 }

@@ -169,6 +169,8 @@ var (
 	errKilled = errors.New("killed on request")
 	// errShutdown: Close ended it once its grace was over.
 	errShutdown = errors.New("computerd is shutting down")
+	// errDeleted: its workspace was deleted.
+	errDeleted = errors.New("its workspace was deleted")
 )
 
 func (r *Runner) defaults() {
@@ -522,6 +524,30 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 // It does not block.
 func (r *Runner) Changed(ws, rev int64) { r.shelf.Moved(ws, rev) }
 
+// Forget lets go of everything of workspace ws, which was deleted (the
+// store's OnDelete, with the ids of the execs whose records went with
+// it): those still running are killed, their output logs removed, an
+// overlay shelved for it dropped, and the view's trees of it forgotten.
+// It does not block.
+func (r *Runner) Forget(ws int64, execs []string) {
+	r.mu.Lock()
+	for _, id := range execs {
+		if ru := r.running[id]; ru != nil {
+			ru.cancel(errDeleted)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range execs {
+		if err := os.Remove(r.outputPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.Log.Warn("remove the output log of a deleted workspace's exec", "id", id, "err", err)
+		}
+	}
+	r.shelf.Forget(ws)
+	if r.view != nil {
+		r.view.Forget(ws)
+	}
+}
+
 // checkCeilings refuses limits above the runner's ceilings.
 func (r *Runner) checkCeilings(l core.Limits) error {
 	switch {
@@ -736,7 +762,9 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		e.Error = joinErr(e.Error, "commit: "+commitErr.Error())
 	}
 	journalErr := r.Store.UpdateExec(cctx, e)
-	if journalErr != nil {
+	if errors.Is(journalErr, core.ErrNotFound) {
+		journalErr = nil // its record went with its workspace (Forget)
+	} else if journalErr != nil {
 		r.Log.Error("journal", "id", e.ID, "err", journalErr)
 	}
 	if late {

@@ -98,7 +98,9 @@ func (r *Runner) settleOne(ctx context.Context, u *unsettled) bool {
 		}
 		u.layer = nil
 	}
-	if err := r.Store.UpdateExec(ctx, u.rec); err != nil {
+	if err := r.Store.UpdateExec(ctx, u.rec); errors.Is(err, core.ErrNotFound) {
+		return true // its record went with its workspace
+	} else if err != nil {
 		return false
 	}
 	r.Log.Info("exec settled once space was freed", "id", u.rec.ID, "rev", u.rec.Rev)

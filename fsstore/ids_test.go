@@ -1,0 +1,185 @@
+package fsstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"computerd/core"
+	"computerd/fsstore"
+)
+
+// A deleted workspace's id is never given out again, to any tenant, and
+// what was keyed by it (journal, runs and their steps) goes with it.
+func TestDeletedWorkspaceIDNotReused(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	var deleted []int64
+	var deletedExecs []string
+	s.OnDelete = func(ws int64, execs []string) {
+		deleted = append(deleted, ws)
+		deletedExecs = append(deletedExecs, execs...)
+	}
+	seen := map[int64]bool{}
+	alice, err := s.CreateWorkspace(ctx, "alice", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen[alice.ID] = true
+	e, _, err := s.BeginExec(ctx, core.Exec{Tenant: "alice", WS: alice.ID, Key: "k", Argv: []string{"cat", "secret.txt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.CreateRun(ctx, core.Run{WS: alice.ID, Task: "alice's secret task", Driver: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.BeginStep(ctx, "d", core.Step{Run: run.ID, Seq: 1, Kind: core.StepModel}); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := s.AddMemory(ctx, "alice", "a fact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMemory(ctx, "alice", mem.ID); err != nil {
+		t.Fatal(err)
+	}
+	draft, err := s.CreateDraft(ctx, alice.ID, core.Head, "exec-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteWorkspace(ctx, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WorkspaceByID(ctx, draft.ID); !errors.Is(err, core.ErrWorkspaceNotFound) {
+		t.Errorf("draft of a deleted workspace: %v, want not found", err)
+	}
+	if !slices.Equal(deleted, []int64{alice.ID}) || !slices.Equal(deletedExecs, []string{e.ID}) {
+		t.Fatalf("OnDelete saw %v %v, want [%d] [%s]", deleted, deletedExecs, alice.ID, e.ID)
+	}
+	if _, err := s.ExecByID(ctx, e.ID); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("exec of a deleted workspace: %v, want not found", err)
+	}
+	if _, err := s.Run(ctx, run.ID); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("run of a deleted workspace: %v, want not found", err)
+	}
+	if steps, err := s.Steps(ctx, run.ID, 0); err != nil || len(steps) != 0 {
+		t.Errorf("steps of a deleted run: %v %v", steps, err)
+	}
+	// New workspaces (created, forked, drafts) never get an id seen before.
+	for i, tenant := range []string{"bob", "bob", "alice"} {
+		w, err := s.CreateWorkspace(ctx, tenant, "w"+string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.Fork(ctx, w.ID, core.Head, "f"+string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.CreateDraft(ctx, w.ID, core.Head, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []int64{w.ID, f.ID, d.ID} {
+			if seen[id] {
+				t.Fatalf("id %d given out twice", id)
+			}
+			seen[id] = true
+		}
+		if execs, err := s.Execs(ctx, tenant, w.ID, 0); err != nil || len(execs) != 0 {
+			t.Fatalf("execs of a new workspace: %v %v", execs, err)
+		}
+		if runs, err := s.Runs(ctx, tenant, w.ID, 0); err != nil || len(runs) != 0 {
+			t.Fatalf("runs of a new workspace: %v %v", runs, err)
+		}
+		for _, id := range []int64{d.ID, f.ID, w.ID} {
+			if err := s.DeleteWorkspace(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The same for memories.
+	m2, err := s.AddMemory(ctx, "bob", "another fact")
+	if err != nil || m2.ID == mem.ID {
+		t.Fatalf("memory id after a deleted one: %d (deleted %d) %v", m2.ID, mem.ID, err)
+	}
+}
+
+// A store that gave a deleted workspace's id to another tenant before
+// ids were counted (its schema before migration 50) loses, when it is
+// opened, the journal and runs that the id carried to the new owner, and
+// never gives out an id any table still names.
+func TestMigrationPurgesReusedIDs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := fsstore.New(dir)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bob, err := s.CreateWorkspace(ctx, "bob", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _, err := s.BeginExec(ctx, core.Exec{Tenant: "bob", WS: bob.ID, Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownRun, err := s.CreateRun(ctx, core.Run{WS: bob.ID, Task: "bob's", Driver: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What the old schema left: alice's journal, run and step under the
+	// id bob now holds, an exec of a workspace id no row has any more,
+	// and no counters.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO execs(id, tenant, ws, ws_name, argv, state, started_ns) SELECT 'xalice', 'alice', id, 'w', '["cat","secret.txt"]', 'exited', 1 FROM workspaces WHERE tenant = 'bob'`,
+		`INSERT INTO execs(id, tenant, ws, ws_name, argv, state, started_ns) VALUES ('xgone', 'alice', 99, 'old', '[]', 'exited', 1)`,
+		`INSERT INTO runs(id, tenant, ws, task, state, created_ns, base_rev) SELECT 'ralice', 'alice', id, 'secret task', 'done', 1, 1 FROM workspaces WHERE tenant = 'bob'`,
+		`INSERT INTO run_steps(run, seq, kind, state, started_ns) VALUES ('ralice', 1, 'model', 'ended', 1)`,
+		`DELETE FROM counters WHERE name IN ('workspace', 'memory')`,
+		`DELETE FROM schema_migrations WHERE version >= 50`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = fsstore.New(dir)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range []string{"xalice", "xgone"} {
+		if _, err := s.ExecByID(ctx, id); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("exec %s after migration: %v, want not found", id, err)
+		}
+	}
+	if _, err := s.Run(ctx, "ralice"); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("alice's run under bob's id after migration: %v", err)
+	}
+	if _, err := s.ExecByID(ctx, own.ID); err != nil {
+		t.Errorf("bob's own exec after migration: %v", err)
+	}
+	if _, err := s.Run(ctx, ownRun.ID); err != nil {
+		t.Errorf("bob's own run after migration: %v", err)
+	}
+	w, err := s.CreateWorkspace(ctx, "carol", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.ID <= 99 {
+		t.Errorf("new workspace id %d, want past 99 (named by an old exec)", w.ID)
+	}
+}
