@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,9 +41,11 @@ var Capabilities = []string{
 }
 
 // MaskedPaths are hidden inside a container (a file by /dev/null, a
-// directory by an empty read-only tmpfs): Docker's list for /proc and
-// /sys.
+// directory by an empty read-only tmpfs; a path the host lacks is left
+// alone). docs/SANDBOX.md says why each, and what is left.
 var MaskedPaths = []string{
+	// Docker's list (runc's example spec has all but /proc/interrupts
+	// and powercap); Docker adds the CPUs' thermal_throttle (maskedPaths).
 	"/proc/asound",
 	"/proc/acpi",
 	"/proc/interrupts",
@@ -55,7 +58,33 @@ var MaskedPaths = []string{
 	"/proc/scsi",
 	"/sys/firmware",
 	"/sys/devices/virtual/powercap",
+	// What tells this host and this boot from others: the kernel's
+	// command line (where boot setups put addresses, ports, even
+	// tokens), its build configuration, the boot's id, the boot loader's
+	// parameters, and the machine's DMI identity (/sys/class/dmi/id
+	// links into it).
+	"/proc/cmdline",
+	"/proc/config.gz",
+	"/proc/sys/kernel/random/boot_id",
+	"/sys/kernel/boot_params",
+	"/sys/devices/virtual/dmi",
+	// The map of the running kernel an exploit would want: its symbols,
+	// modules, type layout (BTF), build id, and the physical address of
+	// its crash-dump notes.
+	"/proc/kallsyms",
+	"/proc/modules",
+	"/sys/kernel/btf",
+	"/sys/kernel/notes",
+	"/sys/kernel/vmcoreinfo",
 }
+
+// maskedPaths is MaskedPaths and the thermal_throttle directory of each
+// of the host's CPUs that has one (Docker's, for the same reason as
+// /proc/interrupts: its counters leak other processes' activity).
+var maskedPaths = sync.OnceValue(func() []string {
+	cpus, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/thermal_throttle")
+	return append(slices.Clip(MaskedPaths), cpus...)
+})
 
 // ReadonlyPaths are remounted read-only inside a container (Docker's list).
 var ReadonlyPaths = []string{
@@ -170,7 +199,7 @@ func (m *Manager) config(id, rootfs string, hostRoot bool, l core.Limits) (*conf
 				Devices:    rules,
 			},
 		},
-		MaskPaths:       MaskedPaths,
+		MaskPaths:       maskedPaths(),
 		ReadonlyPaths:   ReadonlyPaths,
 		NoNewPrivileges: true,
 		Rlimits: []configs.Rlimit{

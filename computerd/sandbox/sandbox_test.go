@@ -453,6 +453,55 @@ func TestIsolation(t *testing.T) {
 	}
 }
 
+// TestHostMasked: what a container reads of the kernel's command line,
+// its build configuration and the boot's id is nothing of the host's,
+// every masked path the host has reads empty inside, and the kernel's
+// random UUIDs, which say nothing of the host, still come.
+func TestHostMasked(t *testing.T) {
+	m := MustManager(t)
+	for _, p := range []string{"/proc/cmdline", "/proc/config.gz", "/proc/sys/kernel/random/boot_id"} {
+		host, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) && p == "/proc/config.gz" {
+			continue // a kernel built without it
+		} else if err != nil || len(bytes.TrimSpace(host)) == 0 {
+			t.Fatalf("host's %s: %q %v", p, host, err)
+		}
+		res, o := MustRun(t, m, sandbox.Spec{Argv: []string{"cat", p}})
+		got := o.stream(sandbox.Stdout)
+		if strings.Contains(got, string(bytes.TrimSpace(host))) {
+			t.Errorf("%s inside is the host's (%d bytes)", p, len(got))
+		}
+		if res.ExitCode != 0 || got != "" {
+			t.Errorf("%s inside: exit %d, %d bytes (stderr %q), want none", p, res.ExitCode, len(got), o.stream(sandbox.Stderr))
+		}
+	}
+
+	var script strings.Builder
+	var want []string
+	for _, p := range sandbox.MaskedPaths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			fmt.Fprintf(&script, "echo %s $(ls -A %s | wc -l)\n", p, p)
+		} else {
+			fmt.Fprintf(&script, "echo %s $(wc -c < %s)\n", p, p)
+		}
+		want = append(want, p+" 0")
+	}
+	res, o := MustRun(t, m, sandbox.Spec{Argv: sh(script.String())})
+	if got := strings.Split(strings.TrimSpace(o.stream(sandbox.Stdout)), "\n"); res.ExitCode != 0 || !slices.Equal(got, want) {
+		t.Errorf("masked paths inside (exit %d, stderr %q):\n%s\nwant\n%s", res.ExitCode, o.stream(sandbox.Stderr), strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	res, o = MustRun(t, m, sandbox.Spec{Argv: sh(`cat /proc/sys/kernel/random/uuid /proc/sys/kernel/random/uuid`)})
+	uuids := strings.Fields(o.stream(sandbox.Stdout))
+	if res.ExitCode != 0 || len(uuids) != 2 || len(uuids[0]) != 36 || uuids[0] == uuids[1] {
+		t.Errorf("random UUIDs inside: %q (exit %d)", uuids, res.ExitCode)
+	}
+}
+
 // memoryHog allocates 256 MB and says so.
 var memoryHog = []string{"python3", "-c", "b = b'x' * (256 << 20); print('allocated')"}
 

@@ -36,6 +36,7 @@ func TestWarm(t *testing.T) {
 		{"NoNetwork", TestNoNetwork},
 		{"ReadOnlyRootAndWorkspace", TestReadOnlyRootAndWorkspace},
 		{"Isolation", TestIsolation},
+		{"HostMasked", TestHostMasked},
 		{"UserNamespace", TestUserNamespace},
 		{"WorkspaceIDs", TestWorkspaceIDs},
 		{"Etc", TestEtc},
