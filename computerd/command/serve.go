@@ -65,7 +65,10 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "exec-shelf", Usage: "overlays of execs that wrote nothing kept mounted for the next exec on the same revision, which then starts with warm caches (0: none)", Value: daemon.DefaultExecShelf},
 			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
-			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it", idmap.DefaultSize-1, idmap.DefaultSize-1), Value: idmap.DefaultBase},
+			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it. "+
+				"Each computerd on the host claims its range in %s while it runs; one given a range that another holds does not start",
+				idmap.DefaultSize-1, idmap.DefaultSize-1, idmap.DefaultClaimDir),
+				DefaultText: fmt.Sprintf("the first range from %d on, in steps of %d, that no other computerd holds", idmap.DefaultBase, idmap.DefaultSize)},
 			&cli.IntFlag{Name: "sandbox-warm", Usage: "containers kept made ahead of need, so that execs start at once (0: make each when its exec comes)", Value: daemon.DefaultSandboxWarm},
 		},
 		Action: serve,
@@ -96,9 +99,12 @@ func serve(c *cli.Context) error {
 	if w := c.Int("sandbox-warm"); w < 0 || w > maxSandboxWarm {
 		return fmt.Errorf("--sandbox-warm %d: want 0 to %d", w, maxSandboxWarm)
 	}
-	ids := idmap.Range{Base: uint32(c.Uint64("sandbox-id-base")), Size: idmap.DefaultSize}
-	if b := c.Uint64("sandbox-id-base"); uint64(ids.Base) != b || ids.Validate() != nil {
-		return fmt.Errorf("--sandbox-id-base %d: want 1 to %d", b, 1<<32-1-idmap.DefaultSize)
+	var ids idmap.Range // unset: the daemon takes a free range
+	if c.IsSet("sandbox-id-base") {
+		ids = idmap.Range{Base: uint32(c.Uint64("sandbox-id-base")), Size: idmap.DefaultSize}
+		if b := c.Uint64("sandbox-id-base"); uint64(ids.Base) != b || ids.Validate() != nil {
+			return fmt.Errorf("--sandbox-id-base %d: want 1 to %d", b, 1<<32-1-idmap.DefaultSize)
+		}
 	}
 	retention, err := fsstore.ParsePolicy(c.String("retention"))
 	if err != nil {

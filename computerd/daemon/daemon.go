@@ -60,9 +60,15 @@ type Config struct {
 	// that an exec starts at once (see sandbox.Manager.Warm); 0 makes each
 	// when its exec comes.
 	SandboxWarm int
-	// SandboxIDs are the host ids the containers' user namespaces map
-	// (zero: idmap.Default): a container's root is host id SandboxIDs.Base.
+	// SandboxIDs are the host ids the containers' user namespaces map: a
+	// container's root is host id SandboxIDs.Base. The daemon claims them
+	// in SandboxIDClaims for as long as it runs, and does not start if a
+	// live claim there overlaps them. Zero: the first range from
+	// idmap.DefaultBase on that no other daemon holds (idmap.ClaimFree).
 	SandboxIDs idmap.Range
+	// SandboxIDClaims is the directory where the daemons of the host
+	// claim their SandboxIDs (default idmap.DefaultClaimDir).
+	SandboxIDClaims string
 	// ExecTimeout is the default exec timeout (0: DefaultExecTimeout).
 	ExecTimeout time.Duration
 	// ExecMaxLimits are the ceilings of what an exec may ask for (zero
@@ -148,6 +154,7 @@ type Daemon struct {
 	opened   bool       // the store is open
 	retain   *retention // nil without GCInterval
 	remote   *executor
+	ids      *idmap.Claim // the containers' host ids, held while the sandbox runs
 	sandbox  *sandbox.Manager
 	api      *http.Server
 	apiLn    net.Listener
@@ -320,8 +327,11 @@ func runDir(dataDir string) string { return filepath.Join(dataDir, "run") }
 // orphaned containers and mounts go, interrupted execs' writes are kept.
 // Then the sandbox makes its warm containers.
 func (d *Daemon) openRunner(ctx context.Context) error {
+	if err := d.claimIDs(); err != nil {
+		return err
+	}
 	d.sandbox = &sandbox.Manager{StateDir: SandboxStateDir(d.cfg.DataDir), Limits: d.cfg.SandboxLimits, Helper: d.cfg.SandboxHelper,
-		Warm: d.cfg.SandboxWarm, IDs: d.cfg.SandboxIDs}
+		Warm: d.cfg.SandboxWarm, IDs: d.ids.Range}
 	if d.sandbox.Helper != "" {
 		d.cfg.Log.Info("containers run from the sandbox helper", "helper", d.sandbox.Helper)
 	} else {
@@ -347,6 +357,38 @@ func (d *Daemon) openRunner(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// claimIDs claims the containers' host ids on the host, so that no
+// other daemon's containers run as the same host ids.
+func (d *Daemon) claimIDs() (err error) {
+	dir := d.cfg.SandboxIDClaims
+	if dir == "" {
+		dir = idmap.DefaultClaimDir
+	}
+	if d.cfg.SandboxIDs == (idmap.Range{}) {
+		d.ids, err = idmap.ClaimFree(dir, d.cfg.DataDir)
+	} else {
+		d.ids, err = d.cfg.SandboxIDs.Claim(dir, d.cfg.DataDir)
+	}
+	var ce *idmap.ClaimedError
+	switch {
+	case errors.As(err, &ce) && ce.Free != (idmap.Range{}):
+		return fmt.Errorf("sandbox ids: %w: give --sandbox-id-base %d, or leave it out to take a free range", err, ce.Free.Base)
+	case err != nil:
+		return fmt.Errorf("sandbox ids: %w", err)
+	}
+	d.cfg.Log.Info("containers map their ids to host ids", "ids", d.ids.Range, "claim", d.ids.Path())
+	return nil
+}
+
+// SandboxIDs are the host ids its containers map (the zero Range
+// without execs).
+func (d *Daemon) SandboxIDs() idmap.Range {
+	if d.ids == nil {
+		return idmap.Range{}
+	}
+	return d.ids.Range
 }
 
 // serve serves s on ln until Shutdown; any other end is reported on Wait.
@@ -407,7 +449,8 @@ func (d *Daemon) Wait() <-chan error { return d.served }
 //     flight go on until ctx ends; then they are cut.
 //  2. The runner refuses new execs and lets running ones finish until ctx
 //     ends; then they are killed, and what they wrote is committed.
-//  3. The sandbox stops its helper and destroys its warm containers.
+//  3. The sandbox stops its helper and destroys its warm containers;
+//     the claim of its host ids goes.
 //  4. The calls in flight have ended (their exec streams among them).
 //  5. The mount manager unmounts every host mount, committing what is
 //     pending.
@@ -450,6 +493,8 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 	if d.sandbox != nil {
 		keep("sandbox", d.sandbox.Close())
 	}
+	// Once no container of ours runs, another daemon may have the ids.
+	keep("sandbox ids", d.ids.Close())
 	if err := <-drained; err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			d.api.Close()

@@ -4,7 +4,9 @@
 // The same range idmaps the mounts a container writes through (its
 // /workspace), so that what the container's root creates is stored as
 // owned by 0, and what the store says is owned by 1000 shows inside as
-// 1000. docs/SANDBOX.md describes the choice.
+// 1000. A daemon claims its range on the host for as long as it runs
+// (Claim), so that no two daemons' containers share host ids.
+// docs/SANDBOX.md describes the choice.
 package idmap
 
 import (
@@ -36,8 +38,14 @@ const DefaultSize = 65536
 // Default is the range used where none is configured.
 var Default = Range{Base: DefaultBase, Size: DefaultSize}
 
-// ErrInvalid means a Range that maps host root or runs past the largest id.
-var ErrInvalid = errors.New("idmap: invalid range")
+// Errors of the package.
+var (
+	// ErrInvalid means a Range that maps host root or runs past the largest id.
+	ErrInvalid = errors.New("idmap: invalid range")
+	// ErrClaimed means a Range overlaps one that a live process holds (see
+	// Claim); the error is a *ClaimedError that names the holder.
+	ErrClaimed = errors.New("idmap: range claimed")
+)
 
 // Validate refuses a range that is empty, that would map host root (Base
 // 0: the container's root would be the host's), or that runs past
@@ -55,6 +63,11 @@ func (r Range) Or(d Range) Range {
 		return d
 	}
 	return r
+}
+
+// Overlaps reports whether r and o share an id.
+func (r Range) Overlaps(o Range) bool {
+	return uint64(r.Base) < uint64(o.Base)+uint64(o.Size) && uint64(o.Base) < uint64(r.Base)+uint64(r.Size)
 }
 
 // Host returns the host id of container id, and whether it is mapped.

@@ -62,3 +62,24 @@ func TestUserns(t *testing.T) {
 		t.Errorf("Userns of the zero range: %v", err)
 	}
 }
+
+func TestOverlaps(t *testing.T) {
+	a := idmap.Range{Base: 100000, Size: 65536}
+	for _, tc := range []struct {
+		name string
+		b    idmap.Range
+		want bool
+	}{
+		{"same", a, true},
+		{"inside", idmap.Range{Base: 100001, Size: 1}, true},
+		{"last id", idmap.Range{Base: 165535, Size: 10}, true},
+		{"first id", idmap.Range{Base: 90000, Size: 10001}, true},
+		{"after", idmap.Range{Base: 165536, Size: 65536}, false},
+		{"before", idmap.Range{Base: 34464, Size: 65536}, false},
+		{"around", idmap.Range{Base: 1, Size: 1 << 20}, true},
+	} {
+		if got := a.Overlaps(tc.b); got != tc.want || tc.b.Overlaps(a) != got {
+			t.Errorf("%s: %v overlaps %v = %v, want %v", tc.name, a, tc.b, got, tc.want)
+		}
+	}
+}
