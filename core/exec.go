@@ -40,13 +40,16 @@ type Exec struct {
 	StderrBytes int64  `json:"stderr_bytes"`
 	// OutputTruncated: the output log reached the runner's per-exec cap;
 	// the byte counts above still count everything the command wrote.
-	OutputTruncated bool     `json:"output_truncated,omitempty"`
-	Rev             int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
-	Conflict        []string `json:"conflict,omitempty"` // paths that changed meanwhile
-	KeptAs          string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
-	Draft           int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
-	Error           string   `json:"error,omitempty"`
-	Executor        string   `json:"executor,omitempty"` // where it ran, when not here
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// OutputKept is the size of its output log on disk, which counts
+	// against the tenant's quota until the log expires (then 0).
+	OutputKept int64    `json:"output_kept,omitempty"`
+	Rev        int64    `json:"rev,omitempty"`      // the revision holding its changes (0: none)
+	Conflict   []string `json:"conflict,omitempty"` // paths that changed meanwhile
+	KeptAs     string   `json:"kept_as,omitempty"`  // workspace holding its version after a conflict
+	Draft      int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
+	Error      string   `json:"error,omitempty"`
+	Executor   string   `json:"executor,omitempty"` // where it ran, when not here
 	// On an executor: the home revision the command started from, and the
 	// state it ended in while its changes wait to reach the home (State is
 	// then pending).

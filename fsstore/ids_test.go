@@ -147,7 +147,7 @@ func TestMigrationPurgesReusedIDs(t *testing.T) {
 		`INSERT INTO runs(id, tenant, ws, task, state, created_ns, base_rev) SELECT 'ralice', 'alice', id, 'secret task', 'done', 1, 1 FROM workspaces WHERE tenant = 'bob'`,
 		`INSERT INTO run_steps(run, seq, kind, state, started_ns) VALUES ('ralice', 1, 'model', 'ended', 1)`,
 		`DELETE FROM counters WHERE name IN ('workspace', 'memory')`,
-		`DELETE FROM schema_migrations WHERE version >= 50`,
+		`DELETE FROM schema_migrations WHERE version = 50`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -181,5 +181,105 @@ func TestMigrationPurgesReusedIDs(t *testing.T) {
 	}
 	if w.ID <= 99 {
 		t.Errorf("new workspace id %d, want past 99 (named by an old exec)", w.ID)
+	}
+}
+
+// recordsQuery recomputes what tenant ?1's records weigh from the rows
+// themselves (what migration 0051's triggers keep in tenant_usage).
+const recordsQuery = `SELECT COALESCE(sum(n), 0) FROM (
+	SELECT 100 + length(CAST(task AS BLOB)) + length(CAST(error AS BLOB)) + length(CAST(provider AS BLOB)) + length(CAST(model AS BLOB)) + length(CAST(skill AS BLOB)) + length(CAST(driver AS BLOB)) AS n FROM runs WHERE tenant = ?1
+	UNION ALL SELECT 100 + length(CAST(s.args AS BLOB)) + length(CAST(s.text AS BLOB)) + length(CAST(s.calls AS BLOB)) + length(CAST(s.tool AS BLOB)) + length(CAST(s.call_id AS BLOB)) + length(CAST(s.code AS BLOB)) FROM run_steps s JOIN runs r ON r.id = s.run WHERE r.tenant = ?1
+	UNION ALL SELECT 100 + length(CAST(text AS BLOB)) FROM memories WHERE tenant = ?1
+	UNION ALL SELECT 100 + length(CAST(name AS BLOB)) + length(CAST(description AS BLOB)) + length(CAST(body AS BLOB)) FROM skills WHERE tenant = ?1
+	UNION ALL SELECT 100 + length(CAST(argv AS BLOB)) + length(CAST(cwd AS BLOB)) + length(CAST(env_names AS BLOB)) + length(CAST(error AS BLOB)) + length(CAST(conflict AS BLOB)) + COALESCE(length(CAST(idem_key AS BLOB)), 0) + output_bytes FROM execs WHERE tenant = ?1)`
+
+// The records a tenant keeps are counted as they are written, rewritten
+// and deleted, whatever the order, and match the rows at every step.
+func TestRecordsUsage(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	db := bbOpenDB(t, s)
+	check := func(when string) {
+		t.Helper()
+		for _, tenant := range []string{"alice", "bob"} {
+			u, err := s.Usage(ctx, tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := bbCount(t, db, recordsQuery, tenant); u.Records != want || u.Total != u.Bytes+u.Records {
+				t.Fatalf("%s: %s's usage %+v, records by the rows %d", when, tenant, u, want)
+			}
+		}
+	}
+	w, err := s.CreateWorkspace(ctx, "alice", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _, err := s.BeginExec(ctx, core.Exec{Tenant: "alice", WS: w.ID, Key: "k", Argv: []string{"make", "test"}, Cwd: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("an exec begun")
+	e.State, e.Error, e.OutputKept = core.ExecExited, "some error text", 12345
+	if err := s.UpdateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	check("an exec ended with its output kept")
+	if err := s.OutputExpired(ctx, []string{e.ID}); err != nil {
+		t.Fatal(err)
+	}
+	check("its output expired")
+	r, err := s.CreateRun(ctx, core.Run{WS: w.ID, Task: "a task", Driver: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.BeginStep(ctx, "d", core.Step{Run: r.ID, Seq: 1, Kind: core.StepTool, Tool: "read", CallID: "c1", Args: []byte(`{"path":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	check("a step begun")
+	if _, err := s.EndStep(ctx, "d", core.Step{Run: r.ID, Seq: 1, Text: "the file's text", Code: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndRun(ctx, r.ID, "d", core.RunDone, "the end"); err != nil {
+		t.Fatal(err)
+	}
+	check("a step and its run ended")
+	m, err := s.AddMemory(ctx, "bob", "bob's fact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"one", "a longer body"} {
+		if _, err := s.SaveSkill(ctx, "alice", core.Skill{Name: "sk", Description: "d", Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("memories and skills saved")
+	if err := s.DeleteMemory(ctx, "bob", m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSkill(ctx, "alice", "sk"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteWorkspace(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	check("all deleted")
+	if u, _ := s.Usage(ctx, "alice"); u.Records != 0 {
+		t.Fatalf("alice keeps nothing but counts %d bytes of records", u.Records)
+	}
+}
+
+// A store made before records were counted counts them once opened.
+func TestMigrateRecordsUsage(t *testing.T) {
+	s := openFixture(t, "store-v11.db.gz")
+	db := bbOpenDB(t, s)
+	for _, tenant := range []string{"alice", "bob"} {
+		u, err := s.Usage(context.Background(), tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := bbCount(t, db, recordsQuery, tenant); want == 0 || u.Records != want {
+			t.Fatalf("%s's records after migration: %d, by the rows %d", tenant, u.Records, want)
+		}
 	}
 }

@@ -122,23 +122,24 @@ type execRow struct {
 	homeBase     int64
 	pendingState string
 	truncated    bool
+	outputKept   int64
 }
 
 // execCols are the execs table's columns in the order of execRow.fields.
-const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state, output_truncated`
+const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state, output_truncated, output_bytes`
 
 // fields points at r's fields in the order of execCols, to scan into.
 func (r *execRow) fields() []any {
 	return []any{&r.id, &r.tenant, &r.ws, &r.wsName, &r.key, &r.argv, &r.cwd, &r.envNames, &r.baseRev, &r.state,
 		&r.startedNs, &r.endedNs, &r.exitCode, &r.signal, &r.timedOut, &r.stdoutBytes, &r.stderrBytes, &r.rev,
-		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState, &r.truncated}
+		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState, &r.truncated, &r.outputKept}
 }
 
 // values are r's fields in the order of execCols, to write.
 func (r *execRow) values() []any {
 	return []any{r.id, r.tenant, r.ws, r.wsName, r.key, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated}
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.outputKept}
 }
 
 func toExecRow(e core.Exec) (execRow, error) {
@@ -148,7 +149,7 @@ func toExecRow(e core.Exec) (execRow, error) {
 		startedNs: e.Started.UnixNano(), exitCode: e.ExitCode, signal: e.Signal, timedOut: e.TimedOut,
 		stdoutBytes: e.StdoutBytes, stderrBytes: e.StderrBytes, rev: e.Rev, conflict: stringList(e.Conflict),
 		keptAs: e.KeptAs, draft: e.Draft, errText: e.Error, executor: e.Executor, homeBase: e.HomeBase,
-		truncated: e.OutputTruncated,
+		truncated: e.OutputTruncated, outputKept: e.OutputKept,
 	}
 	if !e.Ended.IsZero() {
 		r.endedNs = e.Ended.UnixNano()
@@ -166,7 +167,7 @@ func (r execRow) exec() (core.Exec, error) {
 		ID: r.id, Tenant: r.tenant, WS: r.ws, WSName: r.wsName, Key: r.key.String, Cwd: r.cwd, BaseRev: r.baseRev,
 		Started: time.Unix(0, r.startedNs), ExitCode: r.exitCode, Signal: r.signal, TimedOut: r.timedOut,
 		StdoutBytes: r.stdoutBytes, StderrBytes: r.stderrBytes, Rev: r.rev, KeptAs: r.keptAs, Draft: r.draft,
-		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase, OutputTruncated: r.truncated,
+		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase, OutputTruncated: r.truncated, OutputKept: r.outputKept,
 	}
 	if r.endedNs != 0 {
 		e.Ended = time.Unix(0, r.endedNs)
@@ -216,16 +217,16 @@ func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
 		return err
 	}
 	if insert {
-		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
 		return wrapDB("record exec", err)
 	}
 	// The identity (id, tenant, workspace, idempotency key) never changes.
 	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET ws_name = ?, argv = ?, cwd = ?, env_names = ?, base_rev = ?, state = ?,
 		started_ns = ?, ended_ns = ?, exit_code = ?, signal = ?, timed_out = ?, stdout_bytes = ?, stderr_bytes = ?, rev = ?,
-		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ?, output_truncated = ? WHERE id = ?`,
+		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ?, output_truncated = ?, output_bytes = ? WHERE id = ?`,
 		r.wsName, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.id)
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.outputKept, r.id)
 	if err != nil {
 		return wrapDB("update exec", err)
 	}
@@ -249,6 +250,19 @@ func (s *Store) execWhere(ctx context.Context, q querier, where string, args ...
 		return core.Exec{}, wrapDB("read exec", err)
 	}
 	return r.exec()
+}
+
+// OutputExpired records that the output logs of execs ids are gone from
+// disk (expired), so they no longer count against their tenants' quotas.
+func (s *Store) OutputExpired(ctx context.Context, ids []string) error {
+	return s.write(ctx, func() error {
+		for _, id := range ids {
+			if _, err := s.wconn.ExecContext(ctx, `UPDATE execs SET output_bytes = 0 WHERE id = ? AND output_bytes != 0`, id); err != nil {
+				return wrapDB("expire output", err)
+			}
+		}
+		return nil
+	})
 }
 
 // ExecByID returns one exec record.

@@ -44,6 +44,13 @@ type QuotaSetting struct {
 type Usage struct {
 	Bytes  int64 `json:"bytes"`
 	Chunks int64 `json:"chunks"`
+	// Records are the bytes of everything else the tenant makes the
+	// daemon keep: its exec journal with the output logs on disk, agent
+	// runs and their steps, memories and skills, each row counted as 100
+	// bytes plus its text (migration 0051).
+	Records int64 `json:"records"`
+	// Total is what the byte quota bounds: Bytes plus Records.
+	Total int64 `json:"total"`
 	// Workspaces counts the live workspaces the tenant can name (conflict
 	// and interrupted copies included; the hidden drafts of running execs
 	// not).
@@ -72,8 +79,10 @@ func (s *Store) usageOn(ctx context.Context, db rowQuerier, tenant string) (Usag
 	err := db.QueryRowContext(ctx, `SELECT
 		COALESCE((SELECT bytes FROM tenant_usage WHERE tenant = ?1), 0),
 		COALESCE((SELECT chunks FROM tenant_usage WHERE tenant = ?1), 0),
+		COALESCE((SELECT records FROM tenant_usage WHERE tenant = ?1), 0),
 		(SELECT count(*) FROM workspaces WHERE tenant = ?1 AND deleted_ns IS NULL)`, tenant).
-		Scan(&u.Bytes, &u.Chunks, &u.Workspaces)
+		Scan(&u.Bytes, &u.Chunks, &u.Records, &u.Workspaces)
+	u.Total = u.Bytes + u.Records
 	return u, wrapDB("usage", err)
 }
 
@@ -188,14 +197,56 @@ func (s *Store) Remaining(ctx context.Context, tenant string) (int64, error) {
 		return 1<<63 - 1, err
 	}
 	u, err := s.Usage(ctx, tenant)
-	return q.MaxBytes - u.Bytes, err
+	return q.MaxBytes - u.Total, err
 }
 
-// storedBytes reads the stored bytes of a tenant inside the writer's transaction.
-func (t *wtx) storedBytes(tenant string) (int64, error) {
+// storedBytes reads what a tenant stores (Usage.Total) inside the writer's transaction.
+func (t *wtx) storedBytes(tenant string) (int64, error) { return t.s.storedTotal(t.ctx, tenant) }
+
+func (s *Store) storedTotal(ctx context.Context, tenant string) (int64, error) {
 	var n int64
-	err := t.s.wconn.QueryRowContext(t.ctx, `SELECT COALESCE((SELECT bytes FROM tenant_usage WHERE tenant = ?), 0)`, tenant).Scan(&n)
+	err := s.wconn.QueryRowContext(ctx, `SELECT COALESCE((SELECT bytes + records FROM tenant_usage WHERE tenant = ?), 0)`, tenant).Scan(&n)
 	return n, wrapDB("usage", err)
+}
+
+// writeMetered runs fn, a write of records of tenant (runs, steps,
+// memories, skills), in a write transaction, and fails it with
+// core.ErrQuota if it added to what the tenant stores and left that over
+// its byte quota. Writes that add nothing (an end of a step that shrinks
+// it, a delete) always go through.
+func (s *Store) writeMetered(ctx context.Context, tenant string, fn func() error) error {
+	return s.write(ctx, func() error {
+		before, err := s.storedTotal(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		if err := fn(); err != nil {
+			return err
+		}
+		return s.checkTotal(ctx, tenant, before)
+	})
+}
+
+// checkTotal fails with core.ErrQuota when what tenant stores grew from
+// before to more than its byte quota; in the writer's transaction.
+func (s *Store) checkTotal(ctx context.Context, tenant string, before int64) error {
+	set, err := s.quotaSetting(ctx, s.wconn, tenant)
+	if err != nil {
+		return err
+	}
+	q := set.over(s.DefaultQuota)
+	if q.MaxBytes == 0 {
+		return nil
+	}
+	after, err := s.storedTotal(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if after > before && after > q.MaxBytes {
+		return fmt.Errorf("tenant %s would store %d bytes, over its quota of %d (it stores %d): delete workspaces (or files, and let retention prune them), runs, memories or skills: %w",
+			tenant, after, q.MaxBytes, before, core.ErrQuota)
+	}
+	return nil
 }
 
 // checkQuota fails a metered commit (CommitInfo.Metered) with
@@ -208,24 +259,7 @@ func (t *wtx) checkQuota(info CommitInfo, before int64) error {
 	if !info.Metered {
 		return nil
 	}
-	tenant := owner(t.ws.tenant)
-	set, err := t.s.quotaSetting(t.ctx, t.s.wconn, tenant)
-	if err != nil {
-		return err
-	}
-	q := set.over(t.s.DefaultQuota)
-	if q.MaxBytes == 0 {
-		return nil
-	}
-	after, err := t.storedBytes(tenant)
-	if err != nil {
-		return err
-	}
-	if after > before && after > q.MaxBytes {
-		return fmt.Errorf("tenant %s would store %d bytes, over its quota of %d (it stores %d): delete workspaces, or files and let retention prune them: %w",
-			tenant, after, q.MaxBytes, before, core.ErrQuota)
-	}
-	return nil
+	return t.s.checkTotal(t.ctx, owner(t.ws.tenant), before)
 }
 
 // CheckWorkspaceQuota fails with core.ErrQuota when tenant already has as

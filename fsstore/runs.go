@@ -52,11 +52,20 @@ func (s *Store) CreateRun(ctx context.Context, r core.Run) (core.Run, error) {
 	if r.ID == "" {
 		r.ID = core.NewRunID()
 	}
-	err := s.write(ctx, func() error {
+	err := s.write(ctx, func() (err error) {
 		w, err := s.liveWorkspace(ctx, s.wconn, r.WS)
 		if err != nil {
 			return err
 		}
+		before, err := s.storedTotal(ctx, w.Tenant)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				err = s.checkTotal(ctx, w.Tenant, before)
+			}
+		}()
 		_, err = s.wconn.ExecContext(ctx, `INSERT INTO runs(id, tenant, ws, task, provider, model, skill, max_steps, max_tokens, max_cost, timeout,
 			state, created_ns, base_rev, driver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, w.Tenant, w.ID, r.Task, r.Provider, r.Model, r.Skill, r.Limits.MaxSteps, r.Limits.MaxTokens, r.Limits.MaxCost, r.Limits.Timeout,
@@ -228,11 +237,20 @@ func (s *Store) BeginStep(ctx context.Context, driver string, st core.Step) (rec
 	if len(st.Args) > 0 && !json.Valid(st.Args) {
 		return core.Step{}, false, fmt.Errorf("step args are not JSON: %w", core.ErrInvalidArgument)
 	}
-	err = s.write(ctx, func() error {
+	err = s.write(ctx, func() (err error) {
 		r, err := s.drivenRun(ctx, st.Run, driver)
 		if err != nil {
 			return err
 		}
+		before, err := s.storedTotal(ctx, r.Tenant)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil && begun {
+				err = s.checkTotal(ctx, r.Tenant, before)
+			}
+		}()
 		if old, err := s.stepOn(ctx, s.wconn, st.Run, st.Seq); err == nil {
 			rec = old
 			return nil
@@ -265,10 +283,20 @@ func (s *Store) EndStep(ctx context.Context, driver string, st core.Step) (core.
 		return core.Step{}, err
 	}
 	var rec core.Step
-	err = s.write(ctx, func() error {
-		if _, err := s.drivenRun(ctx, st.Run, driver); err != nil {
+	err = s.write(ctx, func() (err error) {
+		r, err := s.drivenRun(ctx, st.Run, driver)
+		if err != nil {
 			return err
 		}
+		before, err := s.storedTotal(ctx, r.Tenant)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				err = s.checkTotal(ctx, r.Tenant, before)
+			}
+		}()
 		old, err := s.stepOn(ctx, s.wconn, st.Run, st.Seq)
 		if err != nil {
 			return err
@@ -363,7 +391,7 @@ func (s *Store) AddMemory(ctx context.Context, tenant, text string) (core.Memory
 		return core.Memory{}, fmt.Errorf("memory: want 1 to %d bytes, got %d: %w", MaxMemoryLen, len(text), core.ErrInvalidArgument)
 	}
 	m := core.Memory{Text: text, Created: s.Now()}
-	err := s.write(ctx, func() error {
+	err := s.writeMetered(ctx, tenant, func() error {
 		var err error
 		if m.ID, err = s.newID(ctx, "memory"); err != nil {
 			return err
@@ -417,7 +445,7 @@ func (s *Store) SaveSkill(ctx context.Context, tenant string, sk core.Skill) (co
 		return core.Skill{}, fmt.Errorf("skill %s: want a body of 1 to %d bytes: %w", sk.Name, MaxSkillLen, core.ErrInvalidArgument)
 	}
 	sk.Updated = s.Now()
-	err := s.write(ctx, func() error {
+	err := s.writeMetered(ctx, tenant, func() error {
 		_, err := s.wconn.ExecContext(ctx, `INSERT INTO skills(tenant, name, description, body, updated_ns) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT(tenant, name) DO UPDATE SET description = excluded.description, body = excluded.body, updated_ns = excluded.updated_ns`,
 			tenant, sk.Name, sk.Description, sk.Body, sk.Updated.UnixNano())

@@ -20,7 +20,7 @@ func tenantCommand() *cli.Command {
 		Usage: "show tenants' usage, set a tenant's own quotas",
 		Subcommands: []*cli.Command{
 			{
-				Name: "ls", Usage: "list tenants: bytes stored, workspaces, and their own quotas (default: serve's --quota-bytes and --max-workspaces)",
+				Name: "ls", Usage: "list tenants: bytes stored (workspace content, and records: journal, output logs, runs, memories, skills), workspaces, and their own quotas (default: serve's --quota-bytes and --max-workspaces)",
 				Flags: []cli.Flag{dataFlag, jsonFlag},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
 					ts, err := s.Tenants(c.Context)
@@ -37,9 +37,9 @@ func tenantCommand() *cli.Command {
 						rows = append(rows, row{t.Name, t.Usage, t.Setting})
 					}
 					return output(c, rows, func(w io.Writer) {
-						fmt.Fprintf(w, "%-20s %12s %12s %10s %10s\n", "TENANT", "BYTES", "QUOTA", "WORKSPACES", "MAX")
+						fmt.Fprintf(w, "%-20s %12s %12s %12s %10s %10s\n", "TENANT", "BYTES", "RECORDS", "QUOTA", "WORKSPACES", "MAX")
 						for _, r := range rows {
-							fmt.Fprintf(w, "%-20s %12d %12s %10d %10s\n", r.Tenant, r.Usage.Bytes, settingText(r.Setting.MaxBytes, core.FormatSize),
+							fmt.Fprintf(w, "%-20s %12d %12d %12s %10d %10s\n", r.Tenant, r.Usage.Bytes, r.Usage.Records, settingText(r.Setting.MaxBytes, core.FormatSize),
 								r.Usage.Workspaces, settingText(r.Setting.MaxWorkspaces, func(n int64) string { return strconv.FormatInt(n, 10) }))
 						}
 					})

@@ -30,7 +30,7 @@ func TestOutputRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := createOutputLog(r.outputPath(rec.ID), MaxOutput)
+	log, err := createOutputLog(r.outputPath(rec.ID), MaxOutput, "the exec output cap")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ const (
 	MaxTotal         = 32
 	MaxOutput        = 64 << 20
 	MaxWrite         = 4 << 30
-	outputMarkerText = "computerd: output truncated at the exec output cap of %d bytes; the command runs on, its further output is counted, not kept\n"
+	outputMarkerText = "computerd: output truncated at %s of %d bytes; the command runs on, its further output is counted, not kept\n"
 )
 
 // MaxCPUs is the default CPU ceiling: the host's CPUs.
@@ -378,12 +378,21 @@ func (r *Runner) pruneLoop(ctx context.Context) {
 	}
 }
 
-// pruneOutput removes output logs older than OutputRetention.
+// pruneOutput removes output logs older than OutputRetention, and
+// records that they no longer count against their tenants' quotas.
 func (r *Runner) pruneOutput() {
 	ents, _ := os.ReadDir(filepath.Join(r.Dir, "output"))
+	var gone []string
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > r.OutputRetention {
-			os.Remove(filepath.Join(r.Dir, "output", e.Name()))
+			if os.Remove(filepath.Join(r.Dir, "output", e.Name())) == nil {
+				gone = append(gone, strings.TrimSuffix(e.Name(), ".ndjson"))
+			}
+		}
+	}
+	if len(gone) > 0 {
+		if err := r.Store.OutputExpired(r.loops, gone); err != nil {
+			r.Log.Warn("record expired output logs", "err", err)
 		}
 	}
 }
@@ -463,7 +472,7 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	if err != nil || !started {
 		return rec, err
 	}
-	out, err := createOutputLog(r.outputPath(rec.ID), r.MaxOutput)
+	out, err := r.createOutputLog(ctx, rec)
 	if err != nil {
 		r.fail(ctx, rec, err)
 		return rec, fmt.Errorf("exec: output log: %w", err)
@@ -715,6 +724,7 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
 	e.OutputTruncated = out.isTruncated()
+	e.OutputKept = out.stored()
 	if err := out.lostErr(); err != nil {
 		// The command ran on; what it printed from then on is gone.
 		e.OutputTruncated = true
@@ -922,16 +932,17 @@ func (r *Runner) closeView(ctx context.Context) error {
 // outputLog is an exec's event log: a file, plus a way for followers to
 // wait for more.
 type outputLog struct {
-	path string
-	max  int64 // bytes of output events the log keeps
-	mu   sync.Mutex
-	f    *os.File
-	size int64
-	kept int64 // bytes of output events in it
-	cut  bool  // the truncated event is in it: no more output goes in
-	seq  uint64
-	done bool
-	wake chan struct{} // closed and replaced on every append
+	path  string
+	max   int64  // bytes of output events the log keeps
+	bound string // what max is, for the truncated event
+	mu    sync.Mutex
+	f     *os.File
+	size  int64
+	kept  int64 // bytes of output events in it
+	cut   bool  // the truncated event is in it: no more output goes in
+	seq   uint64
+	done  bool
+	wake  chan struct{} // closed and replaced on every append
 	// lost is the error of a write to the file (a full disk): from then
 	// on the file takes nothing more (it ends at its last whole event)
 	// and exit, the last event, is held here for followers.
@@ -939,12 +950,37 @@ type outputLog struct {
 	exit *Event
 }
 
-func createOutputLog(path string, max int64) (*outputLog, error) {
+// createOutputLog makes exec rec's output log. It keeps MaxOutput bytes
+// of output, or what the tenant's quota leaves if that is less (an output
+// log counts against the quota while it exists): a tenant at its quota
+// gets the truncated event, not its output stored. (Execs of a tenant
+// that start together each get what was left at their start.) An
+// executor keeps MaxOutput: quotas are the home's.
+func (r *Runner) createOutputLog(ctx context.Context, rec core.Exec) (*outputLog, error) {
+	keep, bound := r.MaxOutput, "the exec output cap"
+	if r.Remote == nil {
+		left, err := r.Store.Remaining(ctx, rec.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		// The log holds the marker and the exit event beside the output.
+		if left -= outputLogRoom; left < keep {
+			keep, bound = max(left, 0), "what the tenant's quota leaves"
+		}
+	}
+	return createOutputLog(r.outputPath(rec.ID), keep, bound)
+}
+
+// outputLogRoom is what an output log holds besides output events (the
+// truncated and exit events), for a quota's sake.
+const outputLogRoom = 4 << 10
+
+func createOutputLog(path string, max int64, bound string) (*outputLog, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return &outputLog{path: path, max: max, f: f, wake: make(chan struct{})}, nil
+	return &outputLog{path: path, max: max, bound: bound, f: f, wake: make(chan struct{})}, nil
 }
 
 func (l *outputLog) append(ev Event) {
@@ -1010,7 +1046,7 @@ func (l *outputLog) output(stream string, data []byte) {
 			l.appendLocked(outputEvent(stream, data[:lo]))
 		}
 		l.cut = true
-		l.appendLocked(Event{Type: "truncated", Data: fmt.Sprintf(outputMarkerText, l.max)})
+		l.appendLocked(Event{Type: "truncated", Data: fmt.Sprintf(outputMarkerText, l.bound, l.max)})
 		return
 	}
 	l.kept += n
@@ -1032,6 +1068,13 @@ func (l *outputLog) eventSize(ev Event) int64 {
 	ev.Seq = l.seq + 1
 	b, _ := json.Marshal(ev)
 	return int64(len(b)) + 1
+}
+
+// stored is the size of the log's file so far.
+func (l *outputLog) stored() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.size
 }
 
 func (l *outputLog) isTruncated() bool {
