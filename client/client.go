@@ -71,11 +71,27 @@ func fileURL(ws, route, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return wsPath(ws, route, e), nil
+	return wsPath(ws, route, e)
 }
 
-func wsPath(ws string, rest ...string) string {
-	return "/v1/workspaces/" + url.PathEscape(ws) + strings.Join(rest, "")
+// wsPath is the URL path of workspace ws's route rest (fixed text, or
+// segments already escaped); a workspace name that is not one path
+// segment is refused (wire.PathSegment), before any request.
+func wsPath(ws string, rest ...string) (string, error) {
+	seg, err := wire.PathSegment("workspace", ws)
+	if err != nil {
+		return "", err
+	}
+	return "/v1/workspaces/" + seg + strings.Join(rest, ""), nil
+}
+
+// execPath is the URL path of exec id of workspace ws, then rest.
+func execPath(ws, id string, rest ...string) (string, error) {
+	seg, err := wire.PathSegment("exec id", id)
+	if err != nil {
+		return "", err
+	}
+	return wsPath(ws, append([]string{"/execs/", seg}, rest...)...)
 }
 
 func revQuery(rev int64) url.Values {
@@ -101,18 +117,30 @@ func (c *Client) CreateWorkspace(ctx context.Context, name string) (core.Workspa
 // Workspace describes one workspace.
 func (c *Client) Workspace(ctx context.Context, name string) (core.Workspace, error) {
 	var out core.Workspace
-	return out, c.Call(ctx, "GET", wsPath(name), nil, nil, &out)
+	p, err := wsPath(name)
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "GET", p, nil, nil, &out)
 }
 
 // DeleteWorkspace removes a workspace and its history.
 func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
-	return c.Call(ctx, "DELETE", wsPath(name), nil, nil, nil)
+	p, err := wsPath(name)
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, "DELETE", p, nil, nil, nil)
 }
 
 // Fork makes workspace name from src at rev (0: head), copying no bytes.
 func (c *Client) Fork(ctx context.Context, src, name string, rev int64) (core.Workspace, error) {
 	var out core.Workspace
-	return out, c.Call(ctx, "POST", wsPath(src, "/fork"), nil, wire.Fork{Name: name, Rev: rev}, &out)
+	p, err := wsPath(src, "/fork")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.Fork{Name: name, Rev: rev}, &out)
 }
 
 // Log lists revisions, newest first (limit 0: all).
@@ -121,8 +149,12 @@ func (c *Client) Log(ctx context.Context, ws string, limit int) ([]core.Revision
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
+	p, err := wsPath(ws, "/log")
+	if err != nil {
+		return nil, err
+	}
 	var out []core.Revision
-	return out, c.Call(ctx, "GET", wsPath(ws, "/log"), q, nil, &out)
+	return out, c.Call(ctx, "GET", p, q, nil, &out)
 }
 
 func diffQuery(from, to int64, format string) url.Values {
@@ -138,7 +170,11 @@ func diffQuery(from, to int64, format string) url.Values {
 
 // Diff streams the unified diff from..to (0 for to: head; 0 for from: the revision before to).
 func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCloser, error) {
-	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/diff"), Query: diffQuery(from, to, "unified")})
+	p, err := wsPath(ws, "/diff")
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: p, Query: diffQuery(from, to, "unified")})
 	if err != nil {
 		return nil, err
 	}
@@ -147,20 +183,32 @@ func (c *Client) Diff(ctx context.Context, ws string, from, to int64) (io.ReadCl
 
 // DiffStat summarises from..to per file.
 func (c *Client) DiffStat(ctx context.Context, ws string, from, to int64) ([]core.FileChange, error) {
+	p, err := wsPath(ws, "/diff")
+	if err != nil {
+		return nil, err
+	}
 	var out []core.FileChange
-	return out, c.Call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "stat"), nil, &out)
+	return out, c.Call(ctx, "GET", p, diffQuery(from, to, "stat"), nil, &out)
 }
 
 // Changeset returns the ops from..to.
 func (c *Client) Changeset(ctx context.Context, ws string, from, to int64) (*core.Changeset, error) {
+	p, err := wsPath(ws, "/diff")
+	if err != nil {
+		return nil, err
+	}
 	var out core.Changeset
-	return &out, c.Call(ctx, "GET", wsPath(ws, "/diff"), diffQuery(from, to, "changeset"), nil, &out)
+	return &out, c.Call(ctx, "GET", p, diffQuery(from, to, "changeset"), nil, &out)
 }
 
 // Restore makes p (or the whole tree when p is "") as it was at rev, as a new revision.
 func (c *Client) Restore(ctx context.Context, ws string, rev int64, p string) (core.Revision, error) {
 	var out core.Revision
-	return out, c.Call(ctx, "POST", wsPath(ws, "/restore"), nil, wire.Restore{Rev: rev, Path: p}, &out)
+	u, err := wsPath(ws, "/restore")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", u, nil, wire.Restore{Rev: rev, Path: p}, &out)
 }
 
 // ReadOptions select what Read returns.
@@ -290,13 +338,21 @@ func eachOf[T any](ctx context.Context, c *Client, path string, q url.Values, wh
 // Ops commits a batch of ops as one revision.
 func (c *Client) Ops(ctx context.Context, ws string, batch wire.Ops) (core.Revision, error) {
 	var out core.Revision
-	return out, c.Call(ctx, "POST", wsPath(ws, "/ops"), nil, batch, &out)
+	p, err := wsPath(ws, "/ops")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, batch, &out)
 }
 
 // Edit replaces old by new in p (exactly one match unless all).
 func (c *Client) Edit(ctx context.Context, ws string, e wire.Edit) (wire.EditResult, error) {
 	var out wire.EditResult
-	return out, c.Call(ctx, "POST", wsPath(ws, "/edit"), nil, e, &out)
+	p, err := wsPath(ws, "/edit")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, e, &out)
 }
 
 // FindOptions select Find's results.
@@ -325,7 +381,11 @@ func (c *Client) FindEach(ctx context.Context, ws string, opt FindOptions, fn fu
 			q.Set(k, v)
 		}
 	}
-	return eachOf(ctx, c, wsPath(ws, "/find"), q, "find", fn)
+	p, err := wsPath(ws, "/find")
+	if err != nil {
+		return err
+	}
+	return eachOf(ctx, c, p, q, "find", fn)
 }
 
 // GrepOptions select Grep's search.
@@ -358,7 +418,11 @@ func (c *Client) Grep(ctx context.Context, ws string, opt GrepOptions, fn func(w
 	if opt.Max > 0 {
 		q.Set("max", strconv.Itoa(opt.Max))
 	}
-	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/grep"), Query: q})
+	p, err := wsPath(ws, "/grep")
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: p, Query: q})
 	if err != nil {
 		return err
 	}
@@ -396,7 +460,11 @@ func (c *Client) Export(ctx context.Context, ws string, opt ExportOptions) (io.R
 	if opt.Gzip {
 		q.Set("gzip", "1")
 	}
-	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/export"), Query: q})
+	p, err := wsPath(ws, "/export")
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: p, Query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +486,11 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 	if opt.Merge {
 		q.Set("merge", "1")
 	}
-	resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/attach"), Query: q, Body: archive, ContentType: "application/x-tar"})
+	p, err := wsPath(ws, "/attach")
+	if err != nil {
+		return wire.AttachResult{}, err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: p, Query: q, Body: archive, ContentType: "application/x-tar"})
 	if err != nil {
 		return wire.AttachResult{}, err
 	}
@@ -434,6 +506,10 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 // ExecBusyRetries); when ctx ends during that wait, or the retries run
 // out, Exec returns the busy error.
 func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (core.Exec, error) {
+	p, err := wsPath(ws, "/exec")
+	if err != nil {
+		return core.Exec{}, err
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return core.Exec{}, err
@@ -443,7 +519,7 @@ func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn f
 		retries = DefaultExecBusyRetries
 	}
 	for try := 0; ; try++ {
-		resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: wsPath(ws, "/exec"), Body: bytes.NewReader(b), ContentType: "application/json"})
+		resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: p, Body: bytes.NewReader(b), ContentType: "application/json"})
 		if err == nil {
 			return readEvents(resp, fn)
 		}
@@ -481,7 +557,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // FollowExec streams the events of exec id from its start.
 func (c *Client) FollowExec(ctx context.Context, ws, id string, fn func(wire.ExecEvent) error) (core.Exec, error) {
-	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: wsPath(ws, "/execs/", url.PathEscape(id), "/events")})
+	p, err := execPath(ws, id, "/events")
+	if err != nil {
+		return core.Exec{}, err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: p})
 	if err != nil {
 		return core.Exec{}, err
 	}
@@ -518,25 +598,41 @@ func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]core.Exec, 
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
+	p, err := wsPath(ws, "/execs")
+	if err != nil {
+		return nil, err
+	}
 	var out []core.Exec
-	return out, c.Call(ctx, "GET", wsPath(ws, "/execs"), q, nil, &out)
+	return out, c.Call(ctx, "GET", p, q, nil, &out)
 }
 
 // ExecRecord returns one exec's journal record.
 func (c *Client) ExecRecord(ctx context.Context, ws, id string) (core.Exec, error) {
 	var out core.Exec
-	return out, c.Call(ctx, "GET", wsPath(ws, "/execs/", url.PathEscape(id)), nil, nil, &out)
+	p, err := execPath(ws, id)
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "GET", p, nil, nil, &out)
 }
 
 // KillExec ends a running exec.
 func (c *Client) KillExec(ctx context.Context, ws, id string) error {
-	return c.Call(ctx, "POST", wsPath(ws, "/execs/", url.PathEscape(id), "/kill"), nil, nil, nil)
+	p, err := execPath(ws, id, "/kill")
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, "POST", p, nil, nil, nil)
 }
 
 // Mount has the daemon serve ws at dir (an absolute, empty directory on its host).
 func (c *Client) Mount(ctx context.Context, ws, dir string) (wire.MountInfo, error) {
 	var out wire.MountInfo
-	return out, c.Call(ctx, "POST", wsPath(ws, "/mount"), nil, wire.Mount{Dir: dir}, &out)
+	p, err := wsPath(ws, "/mount")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.Mount{Dir: dir}, &out)
 }
 
 // Unmount commits what is pending at dir and unmounts it.

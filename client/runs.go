@@ -7,23 +7,39 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"computerd/core"
 	"computerd/wire"
 )
 
-func runPath(id string, rest ...string) string {
-	p := "/v1/runs/" + url.PathEscape(id)
-	for _, r := range rest {
-		p += r
+// runPath is the URL path of run id, then rest; an id that is not one
+// path segment is refused (wire.PathSegment), before any request.
+func runPath(id string, rest ...string) (string, error) {
+	seg, err := wire.PathSegment("run id", id)
+	if err != nil {
+		return "", err
 	}
-	return p
+	return "/v1/runs/" + seg + strings.Join(rest, ""), nil
+}
+
+// skillPath is the URL path of skill name.
+func skillPath(name string) (string, error) {
+	seg, err := wire.PathSegment("skill name", name)
+	if err != nil {
+		return "", err
+	}
+	return "/v1/skills/" + seg, nil
 }
 
 // CreateRun records a new agent run on workspace ws, driven by req.Driver.
 func (c *Client) CreateRun(ctx context.Context, ws string, req wire.CreateRun) (core.Run, error) {
 	var out core.Run
-	return out, c.Call(ctx, "POST", wsPath(ws, "/runs"), nil, req, &out)
+	p, err := wsPath(ws, "/runs")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, req, &out)
 }
 
 // Runs lists a workspace's runs, newest first.
@@ -32,45 +48,73 @@ func (c *Client) Runs(ctx context.Context, ws string, limit int) ([]core.Run, er
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
+	p, err := wsPath(ws, "/runs")
+	if err != nil {
+		return nil, err
+	}
 	var out []core.Run
-	return out, c.Call(ctx, "GET", wsPath(ws, "/runs"), q, nil, &out)
+	return out, c.Call(ctx, "GET", p, q, nil, &out)
 }
 
 // Run returns a run and its steps.
 func (c *Client) Run(ctx context.Context, id string) (wire.RunDetail, error) {
 	var out wire.RunDetail
-	return out, c.Call(ctx, "GET", runPath(id), nil, nil, &out)
+	p, err := runPath(id)
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "GET", p, nil, nil, &out)
 }
 
 // ClaimRun makes driver the run's driver (a resume).
 func (c *Client) ClaimRun(ctx context.Context, id, driver string) (core.Run, error) {
 	var out core.Run
-	return out, c.Call(ctx, "POST", runPath(id, "/claim"), nil, wire.ClaimRun{Driver: driver}, &out)
+	p, err := runPath(id, "/claim")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.ClaimRun{Driver: driver}, &out)
 }
 
 // BeginStep records that step st begins; if it was recorded already, the
 // recorded step comes back.
 func (c *Client) BeginStep(ctx context.Context, driver string, st core.Step) (core.Step, error) {
 	var out core.Step
-	return out, c.Call(ctx, "POST", runPath(st.Run, "/steps"), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
+	p, err := runPath(st.Run, "/steps")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.StepRecord{Driver: driver, Step: st}, &out)
 }
 
 // EndStep records step st's result.
 func (c *Client) EndStep(ctx context.Context, driver string, st core.Step) (core.Step, error) {
 	var out core.Step
-	return out, c.Call(ctx, "PUT", runPath(st.Run, "/steps/", strconv.Itoa(st.Seq)), nil, wire.StepRecord{Driver: driver, Step: st}, &out)
+	p, err := runPath(st.Run, "/steps/", strconv.Itoa(st.Seq))
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "PUT", p, nil, wire.StepRecord{Driver: driver, Step: st}, &out)
 }
 
 // EndRun records that the run ended in state.
 func (c *Client) EndRun(ctx context.Context, id, driver string, state core.RunState, msg string) (core.Run, error) {
 	var out core.Run
-	return out, c.Call(ctx, "POST", runPath(id, "/end"), nil, wire.EndRun{Driver: driver, State: state, Error: msg}, &out)
+	p, err := runPath(id, "/end")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.EndRun{Driver: driver, State: state, Error: msg}, &out)
 }
 
 // CancelRun asks a run to stop.
 func (c *Client) CancelRun(ctx context.Context, id string) (core.Run, error) {
 	var out core.Run
-	return out, c.Call(ctx, "POST", runPath(id, "/cancel"), nil, nil, &out)
+	p, err := runPath(id, "/cancel")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, nil, &out)
 }
 
 // FollowRun calls fn with each of run id's steps after seq after, as each
@@ -81,7 +125,11 @@ func (c *Client) FollowRun(ctx context.Context, id string, after int, follow boo
 	if follow {
 		q.Set("follow", "1")
 	}
-	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: runPath(id, "/steps"), Query: q})
+	p, err := runPath(id, "/steps")
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(ctx, wire.Request{Method: "GET", Path: p, Query: q})
 	if err != nil {
 		return err
 	}
@@ -129,16 +177,28 @@ func (c *Client) Skills(ctx context.Context) ([]core.Skill, error) {
 // Skill returns one skill.
 func (c *Client) Skill(ctx context.Context, name string) (core.Skill, error) {
 	var out core.Skill
-	return out, c.Call(ctx, "GET", "/v1/skills/"+url.PathEscape(name), nil, nil, &out)
+	p, err := skillPath(name)
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "GET", p, nil, nil, &out)
 }
 
 // SaveSkill keeps (or replaces) a skill.
 func (c *Client) SaveSkill(ctx context.Context, sk core.Skill) (core.Skill, error) {
 	var out core.Skill
-	return out, c.Call(ctx, "PUT", "/v1/skills/"+url.PathEscape(sk.Name), nil, sk, &out)
+	p, err := skillPath(sk.Name)
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "PUT", p, nil, sk, &out)
 }
 
 // DeleteSkill removes a skill.
 func (c *Client) DeleteSkill(ctx context.Context, name string) error {
-	return c.Call(ctx, "DELETE", "/v1/skills/"+url.PathEscape(name), nil, nil, nil)
+	p, err := skillPath(name)
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, "DELETE", p, nil, nil, nil)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"computerd/core"
@@ -51,7 +50,15 @@ func (c *Client) post(ctx context.Context, path string, in any) (*http.Response,
 	return c.do(ctx, "POST", path, bytes.NewReader(b))
 }
 
-func syncPath(ws, op string) string { return "/v1/sync/" + url.PathEscape(ws) + "/" + op }
+// syncPath is the URL path of sync call op on workspace ws; a name that is
+// not one path segment is refused (wire.PathSegment), before any request.
+func syncPath(ws, op string) (string, error) {
+	seg, err := wire.PathSegment("workspace", ws)
+	if err != nil {
+		return "", err
+	}
+	return "/v1/sync/" + seg + "/" + op, nil
+}
 
 // Hello checks that the home speaks this protocol and returns its parameters.
 func (c *Client) Hello(ctx context.Context) (Hello, error) {
@@ -122,7 +129,11 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if inline <= 0 {
 		inline = DefaultInlineMax
 	}
-	resp, err := m.Client.post(ctx, syncPath(ws, "pull"), PullRequest{Have: have, InlineMax: inline})
+	p, err := syncPath(ws, "pull")
+	if err != nil {
+		return st, err
+	}
+	resp, err := m.Client.post(ctx, p, PullRequest{Have: have, InlineMax: inline})
 	st.Requests++
 	if err != nil {
 		return st, err
@@ -228,7 +239,11 @@ func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws stri
 	if len(want) == 0 {
 		return nil
 	}
-	resp, err := m.Client.post(ctx, syncPath(ws, "fetch"), FetchRequest{From: hdr.From, To: hdr.To, Hashes: want})
+	p, err := syncPath(ws, "fetch")
+	if err != nil {
+		return err
+	}
+	resp, err := m.Client.post(ctx, p, FetchRequest{From: hdr.From, To: hdr.To, Hashes: want})
 	st.Requests++
 	if err != nil {
 		return err
@@ -248,6 +263,10 @@ func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws stri
 // hdr.Base. A conflict is no error: the home kept the changes in a new
 // workspace, and the result's Conflict and KeptAs say so.
 func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Changeset, hdr PushHeader) (PushResult, error) {
+	p, err := syncPath(ws, "push")
+	if err != nil {
+		return PushResult{}, err
+	}
 	sn, err := m.Store.Snapshot(ctx, local, cs.To)
 	if err != nil {
 		return PushResult{}, err
@@ -267,7 +286,7 @@ func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Chan
 		}
 		pw.CloseWithError(err)
 	}()
-	resp, err := m.Client.do(ctx, "POST", syncPath(ws, "push"), pr)
+	resp, err := m.Client.do(ctx, "POST", p, pr)
 	pr.Close()
 	if err != nil {
 		return PushResult{}, err
