@@ -76,6 +76,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string)
 	}
 	out := startLines(w)
 	err = run.Follow(r.Context(), id, func(ev runner.Event) error {
+		if ev.Exec != nil {
+			rec := s.tenantExec(*ev.Exec)
+			ev.Exec = &rec
+		}
 		if err := out.add(ev); err != nil {
 			return err
 		}
@@ -113,6 +117,9 @@ func (s *Server) listExecs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	for i := range list {
+		list[i] = s.tenantExec(list[i])
+	}
 	return writeJSON(w, http.StatusOK, list)
 }
 
@@ -121,7 +128,15 @@ func (s *Server) getExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, rec)
+	return writeJSON(w, http.StatusOK, s.tenantExec(rec))
+}
+
+// tenantExec is exec record e as its tenant reads it: its error (which
+// may name the output log, the overlay's layers or a spool file) without
+// the data directory's paths; the journal keeps them for the operator.
+func (s *Server) tenantExec(e core.Exec) core.Exec {
+	e.Error = s.hidePaths(e.Error)
+	return e
 }
 
 func (s *Server) execEvents(w http.ResponseWriter, r *http.Request) error {

@@ -6,6 +6,8 @@ package api
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +80,8 @@ type Server struct {
 	// it accepts have no scopes.
 	Authenticate func(ctx context.Context, secret string) (tenant string, err error)
 
-	mux           *http.ServeMux
+	mux           http.Handler   // the routes behind the path check (Handler)
+	hidden        *regexp.Regexp // the data directory's paths (hidePaths)
 	homeOnce      sync.Once
 	home          *syncproto.Home
 	mcpOnce       sync.Once
@@ -112,7 +118,8 @@ func (s *Server) Handler() http.Handler {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
-	s.mux = http.NewServeMux()
+	s.hidden = dataDirPaths(s.Store)
+	mux := http.NewServeMux()
 	s.mcpStreams, s.endMCPStreams = context.WithCancel(context.Background())
 	routes := []route{
 		{"GET /v1/workspaces", s.listWorkspaces},
@@ -142,16 +149,45 @@ func (s *Server) Handler() http.Handler {
 	if s.Home != nil {
 		// An executor: its own execs, the home's everything else.
 		routes = s.execRoutes()
-		s.mux.Handle("/", s.Home)
+		mux.Handle("/", s.Home)
 	} else {
-		s.mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
+		mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
 			return failure(core.ErrNotFound, "no such API route: %s %s", r.Method, r.URL.Path)
 		}))
 	}
 	for _, r := range routes {
-		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
+		mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
+	s.mux = s.cleanPaths(mux)
 	return s.mux
+}
+
+// cleanPaths refuses (400 invalid_path) a request whose path has an
+// empty, "." or ".." segment, percent-encoded or not (r.URL.Path is
+// decoded): ServeMux would clean it and redirect to the cleaned path,
+// another route than the one the caller built (an exec id ".." reached
+// its workspace's route). No client of computerd's sends such a path.
+func (s *Server) cleanPaths(mux http.Handler) http.Handler {
+	refuse := s.wrap("other", func(w http.ResponseWriter, r *http.Request) error {
+		return failure(core.ErrInvalidPath, "request path %q has an empty, . or .. segment: the API takes only clean paths", r.URL.Path)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isCleanPath(r.URL.Path) {
+			mux.ServeHTTP(w, r)
+		} else {
+			refuse.ServeHTTP(w, r)
+		}
+	})
+}
+
+// isCleanPath reports whether p is a path ServeMux serves as it is: rooted,
+// and unchanged by path.Clean but for a final slash.
+func isCleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return strings.HasPrefix(p, "/") && c == p
 }
 
 // statusWriter remembers the status code for metrics and whether anything was written.
@@ -200,11 +236,14 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request) e
 				s.Log.Warn("request failed mid-answer", "route", route, "err", err)
 				panic(http.ErrAbortHandler)
 			}
-			writeError(w, err)
+			body, id := s.tenantError(err)
+			writeError(w, body)
 			if authenticated && s.Metrics != nil {
 				s.Metrics.Errors.WithLabelValues(errorLabel(err)).Inc()
 			}
-			switch st := statusOf(err); {
+			switch st := body.Status; {
+			case id != "":
+				s.Log.Error("request failed", "route", route, "error_id", id, "err", err)
 			case st >= 500:
 				s.Log.Error("request failed", "route", route, "err", err)
 			case st == http.StatusRequestTimeout:
@@ -307,13 +346,67 @@ func badRequest(format string, args ...any) error {
 	return failure(core.ErrInvalidArgument, format, args...)
 }
 
-// statusOf maps an error to its HTTP status (by wire's table).
-func statusOf(err error) int { return wire.ErrorOf(err).Status }
+// tenantError is the answer to a request that failed with err, by wire's
+// table: the status and code of its kind (a home's answer, proxied by an
+// executor, keeps its own). An internal error's message is the
+// operator's, not the tenant's: it may name the data directory, SQL or
+// the home. Its answer says only that it happened and gives id, under
+// which the caller logs the whole error. Every other message keeps its
+// words, less the data directory's paths (hidePaths).
+func (s *Server) tenantError(err error) (body *wire.Error, id string) {
+	body = wire.ErrorOf(err)
+	if body.Code != wire.CodeInternal && body.Status != http.StatusInternalServerError {
+		body.Message = s.hidePaths(body.Message)
+		return body, ""
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	id = hex.EncodeToString(b[:])
+	body.Message = "internal error; computerd logged it as error_id=" + id
+	return body, id
+}
 
-// writeError answers err as wire's table says: the status and code of its
-// kind. A home's answer, proxied by an executor, keeps its own.
-func writeError(w http.ResponseWriter, err error) {
-	body := wire.ErrorOf(err)
+// hiddenPath stands for a path of the data directory in what a tenant reads.
+const hiddenPath = "[data directory]"
+
+// dataDirPaths matches the paths of st's data directory, as given and
+// with its symbolic links resolved, each with whatever path follows it up
+// to a space, quote or other punctuation that ends a path in a message
+// (nil when there is no directory to hide).
+func dataDirPaths(st *fsstore.Store) *regexp.Regexp {
+	if st == nil || st.Dir == "" {
+		return nil
+	}
+	var roots []string
+	if abs, err := filepath.Abs(st.Dir); err == nil {
+		roots = append(roots, abs)
+		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+			roots = append(roots, real)
+		}
+	}
+	var alts []string
+	for _, r := range roots {
+		if r != "/" {
+			alts = append(alts, regexp.QuoteMeta(r))
+		}
+	}
+	if len(alts) == 0 {
+		return nil
+	}
+	return regexp.MustCompile("(?:" + strings.Join(alts, "|") + ")[^\\s\"'`:;,()\\[\\]{}<>]*")
+}
+
+// hidePaths replaces each path of the data directory in msg (the daemon's
+// own layout, which a tenant has no use for and should not learn).
+func (s *Server) hidePaths(msg string) string {
+	if s.hidden == nil {
+		return msg
+	}
+	return s.hidden.ReplaceAllLiteralString(msg, hiddenPath)
+}
+
+// writeError answers body, with its status.
+func writeError(w http.ResponseWriter, body *wire.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
 	w.Header().Del("Content-Disposition")
