@@ -31,14 +31,17 @@ type executor struct {
 	// connections (and their goroutines).
 	transport *http.Transport
 
-	mu    sync.Mutex
-	known map[[32]byte]knownToken
+	mu sync.Mutex
+	// accepted holds when the home last accepted each token (by its
+	// secret's hash), for the time the home cannot be asked.
+	accepted map[[32]byte]time.Time
 }
 
-type knownToken struct {
-	tenant string
-	until  time.Time
-}
+// homeAwayGrace is how long after the home last accepted a token the
+// executor still accepts it while it cannot ask the home (down, or out of
+// reach): the exec journal stays readable through a short outage. A
+// token the home refuses is forgotten at once.
+const homeAwayGrace = time.Minute
 
 // newExecutor checks the home and sets the store's chunk size to the home's
 // (chunk hashes must agree); the store is not open yet.
@@ -54,7 +57,7 @@ func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor,
 	if err != nil {
 		return nil, fmt.Errorf("--home-ca: %w", err)
 	}
-	x := &executor{home: u, store: st, known: map[[32]byte]knownToken{}, transport: tr,
+	x := &executor{home: u, store: st, accepted: map[[32]byte]time.Time{}, transport: tr,
 		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: tr}}}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -89,27 +92,50 @@ func (x *executor) runner() *runner.Remote {
 }
 
 // authenticate accepts a token the home accepts for the tenant this
-// executor serves (answers are cached for a minute).
+// executor serves. It asks the home on every request (one round trip,
+// beside the pull and push of an exec), so a token revoked at the home is
+// refused by the next request; only while the home cannot answer does a
+// token it accepted within homeAwayGrace pass (docs/SYNC.md, Tokens).
 func (x *executor) authenticate(ctx context.Context, secret string) (string, error) {
 	key := sha256.Sum256([]byte(secret))
-	x.mu.Lock()
-	k, ok := x.known[key]
-	x.mu.Unlock()
-	if ok && time.Now().Before(k.until) {
-		return k.tenant, nil
-	}
 	h, err := (&syncproto.Client{URL: x.home.String(), Token: secret, HTTP: x.sync.HTTP}).Hello(ctx)
-	if errors.Is(err, core.ErrBadToken) {
+	switch {
+	case errors.Is(err, core.ErrBadToken):
+		x.forget(key)
 		return "", core.ErrBadToken
-	}
-	if err != nil {
-		return "", fmt.Errorf("check token with the home: %w", err)
-	}
-	if h.Tenant != x.hello.Tenant {
+	case err != nil:
+		if x.acceptedLately(key) {
+			return x.hello.Tenant, nil
+		}
+		return "", fmt.Errorf("check token with the home: %w: %w", wire.ErrUnavailable, err)
+	case h.Tenant != x.hello.Tenant:
+		x.forget(key)
 		return "", fmt.Errorf("this executor serves tenant %q, the token is %q's: %w", x.hello.Tenant, h.Tenant, core.ErrBadToken)
 	}
+	now := time.Now()
 	x.mu.Lock()
-	x.known[key] = knownToken{tenant: h.Tenant, until: time.Now().Add(time.Minute)}
-	x.mu.Unlock()
+	defer x.mu.Unlock()
+	for k, at := range x.accepted {
+		if now.Sub(at) > homeAwayGrace {
+			delete(x.accepted, k)
+		}
+	}
+	x.accepted[key] = now
 	return h.Tenant, nil
+}
+
+// acceptedLately reports whether the home accepted the token of key
+// within homeAwayGrace.
+func (x *executor) acceptedLately(key [32]byte) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	at, ok := x.accepted[key]
+	return ok && time.Since(at) <= homeAwayGrace
+}
+
+// forget drops what the executor remembers of a token the home refused.
+func (x *executor) forget(key [32]byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.accepted, key)
 }
