@@ -254,3 +254,94 @@ func TestTokenIDIndependentOfSecret(t *testing.T) {
 		t.Fatalf("revoked token: %v, want unauthorized", err)
 	}
 }
+
+// mountForTest mounts source at target (a test's own directory) and
+// unmounts it when the test ends.
+func mountForTest(t *testing.T, source, target, fstype string, flags uintptr) {
+	t.Helper()
+	if err := unix.Mount(source, target, fstype, flags, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(target, unix.MNT_DETACH) })
+}
+
+// A directory that another file system is mounted on is refused (403)
+// and left as it was, be it an empty tmpfs or a bind mount of an empty
+// directory of the same file system (whose device number is its
+// parent's). A directory inside such a mount is no mount point.
+func TestMountOnAMountPointRefused(t *testing.T) {
+	root := t.TempDir()
+	e := startRoots(t, root)
+	tmp, bind, src := filepath.Join(root, "tmp"), filepath.Join(root, "bind"), filepath.Join(root, "src")
+	for _, d := range []string{tmp, bind, src} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mountForTest(t, "tmpfs", tmp, "tmpfs", 0)
+	mountForTest(t, src, bind, "", unix.MS_BIND)
+	for _, dir := range []string{tmp, bind} {
+		before := mountInfoLine(t, dir)
+		e.refused(e.token, dir, "a mount point")
+		if after := mountInfoLine(t, dir); !slices.Equal(after, before) {
+			t.Fatalf("the mount at %s was %v, is %v", dir, before, after)
+		}
+	}
+	inner := filepath.Join(tmp, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("mount", "w", inner)
+	e.ok("umount", inner)
+}
+
+// computerd unmounts only the mount it made. When root has unmounted it
+// and mounted a tmpfs in its place, or mounted a tmpfs over it, the
+// tenant's unmount leaves the tmpfs alone, answers 404 not_found saying
+// so, commits what the mount held, and forgets the mount.
+func TestUnmountLeavesAnotherMount(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace bool // unmount computerd's mount before mounting the tmpfs
+	}{
+		{"replaced", true},
+		{"covered", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			e := startRoots(t, root)
+			dir := filepath.Join(root, "m")
+			e.ok("mount", "w", dir)
+			// Runs after the tmpfs's cleanup: a covered mount is left
+			// beneath it (its connection aborted).
+			t.Cleanup(func() {
+				if f := mountInfoLine(t, dir); f != nil && strings.HasPrefix(f[len(f)-3], "fuse") {
+					unix.Unmount(dir, unix.MNT_DETACH)
+				}
+			})
+			sh(t, "echo two > "+dir+"/b.txt")
+			if tc.replace {
+				if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mountForTest(t, "tmpfs", dir, "tmpfs", 0)
+			tmpfs := mountInfoLine(t, dir)
+
+			err := client.New(e.d.URL(), e.token).Unmount(context.Background(), dir)
+			if got := mountInfoLine(t, dir); !slices.Equal(got, tmpfs) {
+				t.Fatalf("the tmpfs at %s was %v, is %v", dir, tmpfs, got)
+			}
+			var we *wire.Error
+			if !errors.As(err, &we) || we.Code != wire.CodeNotFound || we.Status != http.StatusNotFound ||
+				!strings.Contains(err.Error(), "nothing was unmounted") {
+				t.Fatalf("unmount: %v, want 404 not_found saying nothing was unmounted", err)
+			}
+			e.nothingAt(dir, true)
+			if got := e.tree("w")["b.txt"]; got != "two\n" {
+				t.Fatalf("what the mount held: b.txt %q, want it committed", got)
+			}
+			e.failsAs(e.token, "w", "not a mount of yours", nil, "umount", dir)
+		})
+	}
+}

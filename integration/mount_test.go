@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
 	"computerd/client"
 	"computerd/core"
 	"computerd/fsstore"
@@ -156,4 +160,39 @@ func TestStaleMountCleanup(t *testing.T) {
 		t.Fatalf("fsync'ed write through the mount lost: %v", err)
 	}
 	r.Close()
+}
+
+// emptyDir is a FUSE file system of one empty directory.
+type emptyDir struct{ fs.Inode }
+
+// The start after a crash unmounts only the mounts the dead process made:
+// one that root unmounted, with another FUSE file system mounted in its
+// place, is left alone.
+func TestStaleMountCleanupLeavesAnotherMount(t *testing.T) {
+	needExec(t)
+	dir := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	os.MkdirAll(mnt, 0o755)
+	token := tokenFor(t, dir, "alice", fsstore.ScopeMount)
+	c := startChild(t, dir, "--mount-root", os.TempDir())
+	if _, err := client.New(c.url, token).CreateWorkspace(context.Background(), "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.New(c.url, token).Mount(context.Background(), "w", mnt); err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fs.Mount(mnt, &emptyDir{}, &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, Name: "other"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Unmount() })
+	startChild(t, dir)
+	if f := mountInfoLine(t, mnt); f == nil || f[len(f)-3] != "fuse.other" {
+		t.Fatalf("after restart the mount at %s is %v, want the fuse.other one", mnt, f)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"computerd/computerd/fusefs"
+	"computerd/computerd/mountinfo"
 	"computerd/core"
 )
 
@@ -19,8 +20,8 @@ import (
 // operator configured (computerd serve --mount-root), reached from a root
 // without a symlink, never on a system directory, a directory on
 // computerd's PATH (or one that holds such a directory), the data
-// directory, or a FUSE file system (another mount). docs/SECURITY.md
-// ("Host mounts") has the rules.
+// directory, a FUSE file system, or a mount point of any file system.
+// docs/SECURITY.md ("Host mounts") has the rules.
 type mountPolicy struct {
 	roots   []string // absolute, symlinks resolved
 	dataDir string
@@ -39,7 +40,8 @@ var systemTrees = []string{
 var systemDirs = []string{"/", "/home", "/media", "/mnt", "/opt", "/srv", "/tmp", "/var", "/var/tmp"}
 
 // newMountPolicy checks the roots (each an existing directory) and takes
-// computerd's PATH as it is now.
+// computerd's PATH as it is now. With roots, the kernel must give unique
+// mount ids: they are how computerd knows its mounts from others'.
 func newMountPolicy(roots []string, dataDir string) (*mountPolicy, error) {
 	p := &mountPolicy{dataDir: dataDir}
 	if abs, err := filepath.Abs(dataDir); err == nil {
@@ -56,6 +58,11 @@ func newMountPolicy(roots []string, dataDir string) (*mountPolicy, error) {
 		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("mount root %s: not a directory", r)
 		}
+		if len(p.roots) == 0 {
+			if err := probeUniqueID(real); err != nil {
+				return nil, fmt.Errorf("mount root %s: %w", r, err)
+			}
+		}
 		p.roots = append(p.roots, real)
 	}
 	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
@@ -71,6 +78,19 @@ func newMountPolicy(roots []string, dataDir string) (*mountPolicy, error) {
 	return p, nil
 }
 
+// probeUniqueID fails if the kernel gives no unique mount ids.
+func probeUniqueID(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := mountinfo.UniqueID(int(f.Fd())); err != nil {
+		return fmt.Errorf("host mounts need Linux 6.8 or later: %w", err)
+	}
+	return nil
+}
+
 // resolved is p with its symlinks resolved, or p itself when that fails.
 func resolved(p string) string {
 	if real, err := filepath.EvalSymlinks(p); err == nil {
@@ -82,6 +102,11 @@ func resolved(p string) string {
 // forbidden is a refusal by the policy: 403, code forbidden.
 func forbidden(format string, args ...any) error {
 	return fmt.Errorf("mount %s: %w", fmt.Sprintf(format, args...), core.ErrForbidden)
+}
+
+// mountPointRefused refuses dir, a mount point.
+func mountPointRefused(dir string) error {
+	return forbidden("%s: a mount point (another file system is mounted there)", dir)
 }
 
 // within reports whether p is dir or beneath it (both clean and absolute).
@@ -125,8 +150,9 @@ func (p *mountPolicy) check(dir string) (string, error) {
 // open checks dir and opens it for fusefs.Options.At: each component
 // beneath the root is resolved in turn, refusing symlinks and escapes
 // (openat2 with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS), then the
-// directory found must be empty, on no FUSE file system, and none of the
-// directories the names check refuses (a bind mount of one, say).
+// directory found must be empty, on no FUSE file system, no mount point,
+// and none of the directories the names check refuses (a bind mount of
+// one, say).
 func (p *mountPolicy) open(dir string) (*fusefs.MountPoint, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("mount dir %q: want an absolute path: %w", dir, core.ErrInvalidArgument)
@@ -155,7 +181,7 @@ func (p *mountPolicy) open(dir string) (*fusefs.MountPoint, error) {
 		return nil, resolveError(dir, err)
 	}
 	at := &fusefs.MountPoint{Dir: d, Parent: parent, Name: filepath.Base(rel)}
-	if err := p.checkOpen(dir, d); err != nil {
+	if err := p.checkOpen(dir, at); err != nil {
 		at.Close()
 		return nil, err
 	}
@@ -189,8 +215,9 @@ func resolveError(dir string, err error) error {
 	return fmt.Errorf("mount dir %s: %w", dir, err)
 }
 
-// checkOpen checks the opened directory d (named dir).
-func (p *mountPolicy) checkOpen(dir string, d *os.File) error {
+// checkOpen checks the opened directory at.Dir (named dir).
+func (p *mountPolicy) checkOpen(dir string, at *fusefs.MountPoint) error {
+	d := at.Dir
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(int(d.Fd()), &fs); err != nil {
 		return fmt.Errorf("mount dir %s: %w", dir, err)
@@ -207,6 +234,22 @@ func (p *mountPolicy) checkOpen(dir string, d *os.File) error {
 		if unix.Stat(other, &ost) == nil && ost.Dev == st.Dev && ost.Ino == st.Ino {
 			return forbidden("%s: is %s", dir, other)
 		}
+	}
+	// The name was looked up in the parent, crossing onto what is mounted
+	// there: the directory is a mount point if it is on another mount than
+	// its parent. Both are held open, so the answer holds for the very
+	// directory the mount is made on (and fusefs checks that none was made
+	// there since).
+	dirID, err := mountinfo.UniqueID(int(d.Fd()))
+	if err != nil {
+		return fmt.Errorf("mount dir %s: %w", dir, err)
+	}
+	parentID, err := mountinfo.UniqueID(int(at.Parent.Fd()))
+	if err != nil {
+		return fmt.Errorf("mount dir %s: %w", dir, err)
+	}
+	if dirID != parentID {
+		return mountPointRefused(dir)
 	}
 	if _, err := d.Readdirnames(1); !errors.Is(err, io.EOF) {
 		if err != nil {

@@ -22,8 +22,10 @@ import (
 )
 
 // mounts are the host mounts (agentctl mount) this daemon serves. Their
-// directories are recorded in a file so a start after a crash can clean up
-// the dead mounts the crash left.
+// directories and unique mount ids are recorded in a file so a start
+// after a crash can clean up the dead mounts the crash left, and those
+// alone: a mount is unmounted only if its directory still shows it
+// (fusefs.MountPoint), never because of what its path leads to.
 //
 // The store's commit hook (changed) takes no lock: it runs in the store's
 // single writer, and a lock it waited on could be held by a goroutine that
@@ -56,6 +58,7 @@ type mounts struct {
 type hostMount struct {
 	dir     string
 	m       *fusefs.Mount // nil while it is being mounted
+	id      uint64        // its unique mount id (fusefs.MountPoint.ID), once mounted
 	ws      core.Workspace
 	pending chan struct{} // a refresh is due (capacity 1)
 	stop    chan struct{} // closed when it is unmounted: its refresh loop ends
@@ -64,6 +67,13 @@ type hostMount struct {
 
 // errMountsClosed refuses a mount while the daemon stops.
 var errMountsClosed = fmt.Errorf("mount: computerd is shutting down: %w", core.ErrClosed)
+
+// mountRecord is an entry of the record of mounts: a mount's directory
+// and unique id (0 while it is being mounted).
+type mountRecord struct {
+	Dir string `json:"dir"`
+	ID  uint64 `json:"id,omitempty"`
+}
 
 func newMounts(dataDir string, policy *mountPolicy, st *fsstore.Store, m *metrics.Metrics, log *slog.Logger) *mounts {
 	return &mounts{store: st, metrics: m, log: log, dataDir: dataDir, policy: policy,
@@ -96,7 +106,9 @@ func (ms *mounts) Close(ctx context.Context) error {
 	ms.publish()
 	ms.mu.Unlock()
 	for dir, h := range all {
-		if err := h.m.Unmount(ctx); err != nil {
+		if err := h.m.Unmount(ctx); errors.Is(err, fusefs.ErrMountGone) {
+			ms.log.Warn("at shutdown a mount was no longer on its directory: left what is there alone", "dir", dir, "err", err)
+		} else if err != nil {
 			ms.log.Warn("unmount at shutdown", "dir", dir, "err", err)
 		}
 	}
@@ -108,20 +120,40 @@ func (ms *mounts) Close(ctx context.Context) error {
 
 func (ms *mounts) spoolDir() string { return filepath.Join(runDir(ms.dataDir), "spool") }
 
-// cleanupStale unmounts what a previous process left mounted.
+// cleanupStale unmounts what a previous process left mounted: the mounts
+// it recorded, each if its directory still shows it.
 func (ms *mounts) cleanupStale() {
-	var dirs []string
-	if b, err := os.ReadFile(ms.record); err == nil {
-		json.Unmarshal(b, &dirs)
-	}
-	for _, d := range dirs {
-		if err := fusefs.CleanupStale(d); err != nil {
-			ms.log.Warn("stale mount", "dir", d, "err", err)
-		} else {
-			ms.log.Info("cleaned up a mount left by a previous process", "dir", d)
+	for _, r := range ms.readRecord() {
+		switch ok, err := fusefs.UnmountStale(r.Dir, r.ID); {
+		case errors.Is(err, fusefs.ErrMountGone):
+			ms.log.Warn("a mount left by a previous process is no longer on its directory (someone else unmounted it or mounted over it): left what is there alone", "dir", r.Dir)
+		case err != nil:
+			ms.log.Warn("stale mount", "dir", r.Dir, "err", err)
+		case ok:
+			ms.log.Info("cleaned up a mount left by a previous process", "dir", r.Dir)
 		}
 	}
 	os.Remove(ms.record)
+}
+
+// readRecord reads the record of mounts. A record of an earlier version
+// lists directories alone: their entries have id 0.
+func (ms *mounts) readRecord() []mountRecord {
+	b, err := os.ReadFile(ms.record)
+	if err != nil {
+		return nil
+	}
+	var records []mountRecord
+	if json.Unmarshal(b, &records) == nil {
+		return records
+	}
+	records = nil
+	var dirs []string
+	json.Unmarshal(b, &dirs)
+	for _, d := range dirs {
+		records = append(records, mountRecord{Dir: d})
+	}
+	return records
 }
 
 // publish records the mount directories (those being mounted too, so that
@@ -138,13 +170,13 @@ func (ms *mounts) publish() {
 	ms.save()
 }
 
-// save records the mount directories; ms.mu is held.
+// save records the mount directories and ids; ms.mu is held.
 func (ms *mounts) save() {
-	dirs := make([]string, 0, len(ms.byDir))
-	for d := range ms.byDir {
-		dirs = append(dirs, d)
+	records := make([]mountRecord, 0, len(ms.byDir))
+	for d, h := range ms.byDir {
+		records = append(records, mountRecord{Dir: d, ID: h.id})
 	}
-	b, _ := json.Marshal(dirs)
+	b, _ := json.Marshal(records)
 	os.MkdirAll(filepath.Dir(ms.record), 0o700)
 	tmp := ms.record + ".tmp"
 	if os.WriteFile(tmp, b, 0o600) == nil {
@@ -199,9 +231,12 @@ func (ms *mounts) Mount(ctx context.Context, tenant string, ws core.Workspace, d
 		delete(ms.byDir, key)
 		ms.publish()
 		ms.mu.Unlock()
+		if errors.Is(err, fusefs.ErrMountPoint) {
+			return wire.MountInfo{}, mountPointRefused(key)
+		}
 		return wire.MountInfo{}, err
 	}
-	h.m = m
+	h.m, h.id = m, at.ID()
 	ms.publish()
 	ms.group.Go(func() error { ms.refreshLoop(h); return nil })
 	ms.mu.Unlock()
@@ -232,7 +267,10 @@ func (ms *mounts) info(h *hostMount) wire.MountInfo {
 	return mi
 }
 
-// Unmount commits what is pending at dir and unmounts it.
+// Unmount commits what is pending at dir and unmounts it. If dir no
+// longer shows the mount (someone else unmounted it, or mounted over
+// it), it unmounts nothing, forgets the mount all the same, and says so
+// (404, not_found).
 func (ms *mounts) Unmount(ctx context.Context, tenant, dir string) error {
 	dir = filepath.Clean(dir)
 	ms.mu.Lock()
@@ -249,6 +287,9 @@ func (ms *mounts) Unmount(ctx context.Context, tenant, dir string) error {
 	select {
 	case <-h.done:
 	case <-ctx.Done(): // a refresh stuck in the kernel; Close waits for it
+	}
+	if errors.Is(err, fusefs.ErrMountGone) {
+		return fmt.Errorf("unmount %s: nothing was unmounted, and computerd no longer serves the mount: %w: %w", dir, err, core.ErrNotFound)
 	}
 	return err
 }

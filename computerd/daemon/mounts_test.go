@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -108,5 +109,34 @@ func TestCommitHookDoesNotWaitForAMount(t *testing.T) {
 	releaseAll()
 	if err := <-mounted; err == nil {
 		t.Error("mount on a directory that is not there: no error")
+	}
+}
+
+// The record of mounts keeps each mount's unique id; a record of an
+// earlier version, directories alone, reads as mounts of no known id.
+func TestMountRecord(t *testing.T) {
+	ms := newMounts(t.TempDir(), nil, nil, metrics.New(), slog.New(slog.DiscardHandler))
+	if err := os.MkdirAll(filepath.Dir(ms.record), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, record string
+		want         []mountRecord
+	}{
+		{"current", `[{"dir":"/a","id":7},{"dir":"/b"}]`, []mountRecord{{Dir: "/a", ID: 7}, {Dir: "/b"}}},
+		{"directories alone", `["/a","/b"]`, []mountRecord{{Dir: "/a"}, {Dir: "/b"}}},
+		{"damaged", `[{"dir":`, nil},
+	} {
+		if err := os.WriteFile(ms.record, []byte(tc.record), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := ms.readRecord(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	ms.byDir = map[string]*hostMount{"/a": {id: 7}}
+	ms.save()
+	if got, want := ms.readRecord(), []mountRecord{{Dir: "/a", ID: 7}}; !slices.Equal(got, want) {
+		t.Errorf("saved and read: %+v, want %+v", got, want)
 	}
 }

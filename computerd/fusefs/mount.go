@@ -76,7 +76,17 @@ type Options struct {
 var (
 	// ErrUnmounted: the mount has been unmounted.
 	ErrUnmounted = errors.New("fusefs: unmounted")
+	// ErrMountGone: the directory of a mount made through a MountPoint no
+	// longer shows it (someone else unmounted it, or mounted over it);
+	// nothing there was unmounted.
+	ErrMountGone = errors.New("fusefs: the mount is no longer on its directory (someone else unmounted it or mounted over it)")
+	// ErrMountPoint: the directory a MountPoint was to mount on had a
+	// mount on it by the time the mount was made; nothing was mounted.
+	ErrMountPoint = errors.New("fusefs: the directory is a mount point")
 )
+
+// mountName is the subtype of the mounts' file system type (fuse.computerd).
+const mountName = "computerd"
 
 // ConflictError reports a commit refused because the workspace changed the
 // same paths since the mount's base. The mount's version was kept whole as
@@ -212,7 +222,7 @@ func (m *Mount) open(dir string) error {
 	}
 	opts := &fuse.MountOptions{
 		FsName:                   "computerd:" + ws.Name,
-		Name:                     "computerd",
+		Name:                     mountName,
 		DirectMount:              true,
 		DirectMountStrict:        true,
 		DirectMountFlags:         hostMountFlags,
@@ -259,14 +269,14 @@ func (m *Mount) openAt(at *MountPoint, opts *fuse.MountOptions) error {
 	opts.DirectMount, opts.DirectMountStrict = false, false
 	server, err := fuse.NewServer(&fsys{RawFileSystem: fuse.NewDefaultRawFileSystem(), m: m}, conn, opts)
 	if err != nil {
-		at.unmount(unix.MNT_DETACH)
+		at.unmount()
 		return fmt.Errorf("fusefs: mount %s: %w", m.mountDir, err)
 	}
 	m.server = server
 	go server.Serve() // ends with the FUSE connection; Unmount waits for it (server.Wait)
 	root, err := at.openRoot()
 	if err != nil {
-		at.unmount(unix.MNT_DETACH)
+		at.unmount()
 		server.Wait()
 		return fmt.Errorf("fusefs: mount %s: open its root: %w", m.mountDir, err)
 	}
@@ -292,7 +302,7 @@ const abortGrace = time.Second
 func (m *Mount) unmountKernel(ctx context.Context) error {
 	if at := m.opt.At; at != nil {
 		defer at.Close()
-		return unmountServer(ctx, m.server, at.unmount, m.mountDir, m.dev)
+		return unmountServer(ctx, m.server, func(int) error { return at.unmount() }, m.mountDir, m.dev)
 	}
 	return unmountServer(ctx, m.server, serverUnmount(m.server, m.mountDir), m.mountDir, m.dev)
 }
@@ -309,13 +319,15 @@ func serverUnmount(server *fuse.Server, dir string) func(flags int) error {
 }
 
 // unmountServer unmounts server's file system at dir (device dev) through
-// unmount (flags 0, or unix.MNT_DETACH) as unmountKernel describes.
+// unmount (flags 0, or unix.MNT_DETACH) as unmountKernel describes. When
+// unmount finds the mount gone (ErrMountGone) it waits for the server all
+// the same, and returns that error.
 func unmountServer(ctx context.Context, server *fuse.Server, unmount func(flags int) error, dir string, dev uint64) error {
 	done := make(chan error, 1)
 	go func() {
 		var err error
 		for i := 0; ; i++ {
-			if err = unmount(0); err == nil {
+			if err = unmount(0); err == nil || errors.Is(err, ErrMountGone) {
 				break
 			}
 			if i == 2 {
@@ -325,9 +337,10 @@ func unmountServer(ctx context.Context, server *fuse.Server, unmount func(flags 
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err == nil {
-			// Unmounted or detached: done once the kernel ends the
-			// connection (go-fuse waits for that only after an unmount).
+		if err == nil || errors.Is(err, ErrMountGone) {
+			// Unmounted or detached (by this call or another): done once
+			// the kernel ends the connection (go-fuse waits for that only
+			// after an unmount).
 			server.Wait()
 		}
 		done <- err

@@ -3,6 +3,8 @@
 package mountinfo
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -10,8 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNoUniqueID: the kernel gives no unique mount ids (before Linux 6.8).
+var ErrNoUniqueID = errors.New("mountinfo: the kernel gives no unique mount ids (statx STATX_MNT_ID_UNIQUE, Linux 6.8)")
+
 // Mount is one line of the table.
 type Mount struct {
+	ID     int    // the mount's id (statx STATX_MNT_ID; given again once the mount is gone)
+	Parent int    // the id of the mount it is mounted on
 	Point  string // the mount point, unescaped
 	FSType string // "ext4", "fuse.computerd", "tmpfs", ...
 	Dev    uint64 // the file system's device number (st_dev of its files)
@@ -39,6 +46,8 @@ func Read() ([]Mount, error) {
 			continue
 		}
 		m := Mount{Point: unescape(f[4]), Dev: parseDev(f[2])}
+		m.ID, _ = strconv.Atoi(f[0])
+		m.Parent, _ = strconv.Atoi(f[1])
 		for i := 6; i < len(f)-1; i++ {
 			if f[i] == "-" {
 				m.FSType = f[i+1]
@@ -48,6 +57,44 @@ func Read() ([]Mount, error) {
 		mounts = append(mounts, m)
 	}
 	return mounts, nil
+}
+
+// UniqueID returns the unique id of the mount the file fd is on: unlike
+// the table's ids, which the kernel gives again once a mount is gone, it
+// names no other mount while the host runs. The file system is not asked
+// (AT_STATX_DONT_SYNC), so a FUSE mount whose server is not answering
+// (not yet, or no longer) does not hold the call.
+func UniqueID(fd int) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		return 0, ErrNoUniqueID
+	}
+	return stx.Mnt_id, nil
+}
+
+// Of returns the line of the mount the file fd is on. The file system is
+// not asked, as by UniqueID.
+func Of(fd int) (Mount, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &stx); err != nil {
+		return Mount{}, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return Mount{}, errors.New("mountinfo: the kernel gives no mount ids (statx STATX_MNT_ID, Linux 5.8)")
+	}
+	mounts, err := Read()
+	if err != nil {
+		return Mount{}, err
+	}
+	for _, m := range mounts {
+		if m.ID == int(stx.Mnt_id) {
+			return m, nil
+		}
+	}
+	return Mount{}, fmt.Errorf("mountinfo: mount %d is not in the table: %w", stx.Mnt_id, os.ErrNotExist)
 }
 
 // Under returns the mount points at dir or beneath it, deepest first (in
