@@ -51,6 +51,10 @@ var (
 	// SQLite's SQLITE_FULL); nothing was written, and the same request
 	// succeeds once space is freed.
 	ErrNoSpace = errors.New("no space left on device")
+	// ErrTooLarge: a request asks for more than a limit allows (a body,
+	// a file read whole, the bytes it would make beyond those it sent);
+	// nothing was written.
+	ErrTooLarge = errors.New("too large")
 )
 
 // PathError records the operation and path that failed.

@@ -95,6 +95,11 @@ func (s *Store) commit(ctx context.Context, ws int64, info CommitInfo, ops opLis
 		if err := fn(t); err != nil {
 			return err
 		}
+		if info.Bound != nil {
+			if err := info.Bound.Make(t.holes); err != nil {
+				return err
+			}
+		}
 		t.changes = ops.Len()
 		return t.finish(info)
 	})
@@ -388,6 +393,7 @@ func (t *wtx) create(op core.Op) error {
 		if op.Content.Size < in.size {
 			return fmt.Errorf("content size %d below its chunks' end %d: %w", op.Content.Size, in.size, core.ErrInvalidArgument)
 		}
+		t.opened(in, op.Content.Size)
 		in.size = op.Content.Size
 	}
 	if op.Mtime != 0 {

@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -102,12 +103,19 @@ func (u *Uploader) room() []byte {
 var errUploaderClosed = errors.New("fsstore: uploader closed")
 
 // Put reads r to its end and returns its content as chunk references.
+// It stops when ctx ends, checking before each chunk: a reader that makes
+// its bytes rather than receiving them (a sparse tar entry's zeros) would
+// otherwise keep it going after the caller has gone, since zero chunks
+// are never flushed and so never meet ctx in a write.
 func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
 	if u.closed {
 		return nil, errUploaderClosed
 	}
 	c := &core.Content{Chunks: []core.ChunkRef{}}
 	for idx := int64(0); ; idx++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
 		buf := u.room()
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
@@ -364,17 +372,19 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (*core.Content, error) {
 	return c, u.Flush(ctx)
 }
 
+// zeroPiece is what allZero compares with, a piece at a time.
+var zeroPiece [64 << 10]byte
+
+// allZero reports whether b holds only zeros. bytes.Equal is vectorized:
+// 78 GB/s against 7.3 for a loop over 8 bytes at a time, which made the
+// test of each zero chunk most of what a hole costs.
 func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPiece))
+		if !bytes.Equal(b[:n], zeroPiece[:n]) {
 			return false
 		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
+		b = b[n:]
 	}
 	return true
 }

@@ -40,4 +40,11 @@ type CommitInfo struct {
 	// refusing them would lose those writes: their writes are bounded as
 	// they are made instead.
 	Metered bool
+	// Bound, when set, counts the zeros the commit's ops open past the
+	// ends of files (a truncate that lengthens one, a write past its end,
+	// content whose size or chunks run past what it held) as made by the
+	// request: past the Bound's limit the commit fails with a
+	// *BoundError and changes nothing. Opening them costs the store
+	// nothing, but every reader of the file gets them.
+	Bound *Bound
 }

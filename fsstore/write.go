@@ -51,6 +51,7 @@ type wtx struct {
 	reached map[core.Hash]int64 // reach answers so far (0: not reachable)
 
 	inoNext, inoEnd uint64 // reserved inode numbers [inoNext, inoEnd)
+	holes           int64  // zeros opened past the ends of files (CommitInfo.Bound)
 	storedBefore    int64  // the workspace's tenant's stored bytes when a metered transaction began
 }
 
@@ -726,6 +727,7 @@ func (t *wtx) chunkRow(id int64) (chunkRow, error) {
 // writeData writes data at off into a regular file, chunk by chunk.
 func (t *wtx) writeData(in *inode, off int64, data []byte) error {
 	cs := t.s.chunkSize
+	t.opened(in, off)
 	for len(data) > 0 {
 		idx := off / cs
 		start := idx * cs
@@ -781,6 +783,7 @@ func (t *wtx) writeContent(in *inode, c *core.Content) error {
 		if err := t.setExtent(in.ino, ref.Index, id); err != nil {
 			return err
 		}
+		t.opened(in, ref.Index*cs)
 		in.size = max(in.size, ref.Index*cs+int64(ref.Len))
 	}
 	return nil
@@ -829,8 +832,17 @@ func (t *wtx) truncate(in *inode, size int64) error {
 			}
 		}
 	}
+	t.opened(in, size)
 	in.size = size
 	return nil
+}
+
+// opened counts the zeros between in's end and off, when a write or
+// truncate is about to lengthen in to off.
+func (t *wtx) opened(in *inode, off int64) {
+	if off > in.size {
+		t.holes += off - in.size
+	}
 }
 
 // unlink removes the entry name (naming in) from directory parent.

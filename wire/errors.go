@@ -13,8 +13,10 @@ import (
 // Sentinel errors for the kinds of failure the API reports that core has
 // no sentinel for; classify with errors.Is, on either side.
 var (
-	// ErrTooLarge: a request body, or a file an operation must read whole, is over a limit.
-	ErrTooLarge = errors.New("too large")
+	// ErrTooLarge: a request body, a file an operation must read whole,
+	// or what a request would make beyond the bytes it sent, is over a
+	// limit. It is core's, so that the store's refusals classify too.
+	ErrTooLarge = core.ErrTooLarge
 	// ErrTimeout: the request's body stopped arriving, or arrived too
 	// slowly, and the server cut it; nothing was committed.
 	ErrTimeout = errors.New("timeout")
