@@ -252,9 +252,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	return out.end()
 }
 
-// ops commits a batch of ops (mkdir, rm, mv, chmod, symlink, ...) as one revision.
+// ops commits a batch of ops (mkdir, rm, mv, chmod, symlink, ...) as one
+// revision. The zeros its ops open past the ends of files (a truncate that
+// lengthens one, a write past its end) are bounded by the bytes of its
+// body, as an archive's are (fsstore.Bound).
 func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	var req wire.Ops
+	var bound fsstore.Bound
+	r.Body = sentBody{&sentReader{r: r.Body, bound: &bound}, r.Body}
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -283,11 +288,21 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	// count (docs/SECURITY.md, Chunks).
 	info := commitInfo(r, req.Base, msg)
 	info.Confine = true
+	info.Bound = &bound
 	rev, replayed, err := s.Store.CommitOnce(r.Context(), ws.ID, &core.Batch{Ops: req.Ops}, info)
+	if errors.Is(err, core.ErrTooLarge) {
+		return failure(wire.ErrTooLarge, "ops: %v; nothing was committed", err)
+	}
 	if err != nil {
 		return err
 	}
 	return s.answerCommit(w, rev, replayed)
+}
+
+// sentBody is a request's body read through a sentReader.
+type sentBody struct {
+	*sentReader
+	io.Closer
 }
 
 // describeOps is the default message of a batch: its first op and a count.

@@ -100,7 +100,8 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 // revision. By default the workspace's tree becomes exactly the archive's
 // contents; ?merge=1 keeps what the archive does not name. ?into=DIR places
 // the archive under DIR. The entries stream into the store as they are
-// read (fsstore.Import), so memory does not grow with the archive.
+// read (fsstore.Import), so memory does not grow with the archive, and
+// what they expand to is bounded by what was sent (see archive).
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspace(r)
 	if err != nil {
@@ -112,25 +113,11 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	packed := &countingReader{r: http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload)}
-	body := bufio.NewReaderSize(packed, 256<<10)
-	var in io.Reader = body
-	magic, _ := body.Peek(4)
-	switch {
-	case bytes.HasPrefix(magic, gzipMagic):
-		zr, err := gzip.NewReader(body)
-		if err != nil {
-			return badRequest("attach: bad gzip stream: %v", err)
-		}
-		in = &ratioReader{r: zr, packed: packed}
-	case bytes.HasPrefix(magic, zstdMagic):
-		zr, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(zstdMaxWindow))
-		if err != nil {
-			return badRequest("attach: bad zstd stream: %v", err)
-		}
-		defer zr.Close()
-		in = &ratioReader{r: zr, packed: packed}
+	ar, err := openArchive(http.MaxBytesReader(w, r.Body, s.Limits.MaxUpload))
+	if err != nil {
+		return err
 	}
+	defer ar.close()
 	ctx := r.Context()
 	up, err := s.meteredUploader(r)
 	if err != nil {
@@ -148,18 +135,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	res := wire.AttachResult{}
-	tr := tar.NewReader(in)
 	for {
-		hdr, err := tr.Next()
+		hdr, name, err := ar.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return tarError(err)
-		}
-		name, err := tarName(hdr.Name)
-		if err != nil {
-			return err
 		}
 		if name == "" {
 			continue // the archive's root directory
@@ -176,8 +158,8 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			err = im.Dir(ctx, p, mode, mtime)
-		case tar.TypeReg, tar.TypeRegA:
-			err = im.File(ctx, p, mode, mtime, tr)
+		case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: // 'S': tar -S of GNU tar
+			err = im.File(ctx, p, mode, mtime, ar.contents())
 			res.Files++
 			res.Bytes += hdr.Size
 		case tar.TypeSymlink:
@@ -195,7 +177,6 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			err = im.Special(ctx, p, mode|typ, core.MakeDev(uint32(hdr.Devmajor), uint32(hdr.Devminor)), mtime)
 		case tar.TypeLink:
 			return badRequest("attach: %s is a hard link to %s; archives with hard links are not supported (store the file itself)", hdr.Name, hdr.Linkname)
-		case tar.TypeXGlobalHeader:
 		default:
 			return badRequest("attach: %s: unsupported tar entry type %q", hdr.Name, hdr.Typeflag)
 		}
@@ -203,7 +184,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			return tarError(err)
 		}
 	}
-	drain(body)
+	ar.drain()
 	info := commitInfo(r, 0, fmt.Sprintf("attach %d files", res.Files))
 	rev, err := im.Commit(ctx, info)
 	if err != nil {
@@ -225,69 +206,185 @@ var (
 // keep (what zstd -19 uses is 8 MiB; --long=27, 128 MiB, is refused).
 const zstdMaxWindow = 16 << 20
 
-// countingReader counts the bytes read through it, and keeps the error
-// that ended them.
+// archive reads an attached tar (plain, gzip or zstd) entry by entry. What
+// it expands to beyond the bytes sent counts against its bound
+// (fsstore.Bound): a compressed archive's every decompressed byte, and the
+// zeros of a sparse entry's holes, which archive/tar makes up as the
+// entry is read (a few KiB of headers can ask for a terabyte of them).
+// Its reads fail with a *fsstore.BoundError once they pass the bound, so
+// the work an archive causes stays within 1000 times what it sent.
+type archive struct {
+	bound  fsstore.Bound
+	sent   *sentReader
+	body   *bufio.Reader
+	stream *countingReader // the tar stream, decompressed
+	tr     *tar.Reader
+	zr     *zstd.Decoder
+}
+
+// openArchive starts reading an archive from body, telling its
+// compression by its first bytes.
+func openArchive(body io.Reader) (*archive, error) {
+	a := &archive{}
+	a.sent = &sentReader{r: body, bound: &a.bound}
+	a.body = bufio.NewReaderSize(a.sent, 256<<10)
+	var in io.Reader = a.body
+	magic, _ := a.body.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, gzipMagic):
+		zr, err := gzip.NewReader(a.body)
+		if err != nil {
+			return nil, badRequest("attach: bad gzip stream: %v", err)
+		}
+		in = &expandReader{r: zr, sent: a.sent, bound: &a.bound}
+	case bytes.HasPrefix(magic, zstdMagic):
+		zr, err := zstd.NewReader(a.body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(zstdMaxWindow))
+		if err != nil {
+			return nil, badRequest("attach: bad zstd stream: %v", err)
+		}
+		a.zr = zr
+		in = &expandReader{r: zr, sent: a.sent, bound: &a.bound}
+	}
+	a.stream = &countingReader{r: in}
+	a.tr = tar.NewReader(a.stream)
+	return a, nil
+}
+
+// next returns the next entry that makes something (global headers are
+// skipped) and its clean name ("" for the root, which only a directory
+// may name), or io.EOF after the last.
+func (a *archive) next() (*tar.Header, string, error) {
+	for {
+		hdr, err := a.tr.Next()
+		if err != nil {
+			return nil, "", err
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		name, err := entryName(hdr)
+		return hdr, name, err
+	}
+}
+
+// contents reads the current (regular) entry's bytes, counting those it makes up
+// (a sparse entry's zeros) against the bound.
+func (a *archive) contents() io.Reader {
+	return &contentsReader{a: a, start: a.stream.n}
+}
+
+// drain reads what follows the archive, so a keep-alive connection stays usable.
+func (a *archive) drain() { drain(a.body) }
+
+func (a *archive) close() {
+	if a.zr != nil {
+		a.zr.Close()
+	}
+}
+
+// contentsReader reads one entry's contents: what it gives beyond the
+// bytes it took from the tar stream are zeros archive/tar made up for a
+// sparse entry's holes, which the bound counts as made. Past the bound it
+// gives nothing more, and fails on every read: a read that gives bytes
+// with its error may have the error dropped (io.ReadFull drops it when
+// the buffer is full), and the zeros would go on.
+type contentsReader struct {
+	a            *archive
+	start        int64 // a.stream.n when the entry began
+	given, zeros int64
+	err          error
+}
+
+func (c *contentsReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.a.tr.Read(p)
+	c.given += int64(n)
+	if z := c.given - (c.a.stream.n - c.start); z > c.zeros {
+		if c.err = c.a.bound.Make(z - c.zeros); c.err != nil {
+			return 0, c.err
+		}
+		c.zeros = z
+	}
+	return n, err
+}
+
+// countingReader counts the bytes read through it.
 type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
+	r io.Reader
+	n int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	if err != nil && c.err == nil {
-		c.err = err
+	return n, err
+}
+
+// sentReader reads a request's body, counting its bytes as sent, and
+// keeps the error that ended it.
+type sentReader struct {
+	r     io.Reader
+	bound *fsstore.Bound
+	err   error
+}
+
+func (s *sentReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.bound.Sent(int64(n))
+	if err != nil && s.err == nil {
+		s.err = err
 	}
 	return n, err
 }
 
-// Bounds on what a compressed archive may expand to: past
-// ratioFloor bytes out, at most maxRatio bytes for each byte in. Real
-// archives stay far below (source trees: 3-10x; a tree of empty files:
-// ~200x); a decompression bomb (1 GiB of zeros is 1 MiB of gzip) does not.
-const (
-	maxRatio   = 1000
-	ratioFloor = 64 << 20
-)
+// errCompressed is what expandReader fails with when its decompressor
+// cannot read the archive.
+var errCompressed = errors.New("bad compressed stream")
 
-// What ratioReader fails with: an archive over the ratio, or one its
-// decompressor cannot read.
-var (
-	errRatio      = errors.New("decompression ratio over the limit")
-	errCompressed = errors.New("bad compressed stream")
-)
-
-// ratioReader reads a decompressed stream and fails once it has given
-// more than maxRatio times the compressed bytes read from packed (past
-// ratioFloor). A failure of the decompressor itself (not of the body
-// beneath it, whose errors pass as they are) is errCompressed.
-type ratioReader struct {
-	r      io.Reader
-	packed *countingReader
-	out    int64
+// expandReader reads a decompressed stream, counting every byte as made
+// (the bytes sent were the compressed ones); past the bound it fails on
+// every read, as contentsReader does. A failure of the decompressor
+// itself (not of the body beneath it, whose errors pass as they are) is
+// errCompressed.
+type expandReader struct {
+	r     io.Reader
+	sent  *sentReader
+	bound *fsstore.Bound
+	err   error
 }
 
-func (z *ratioReader) Read(p []byte) (int, error) {
-	n, err := z.r.Read(p)
-	z.out += int64(n)
-	if z.out > ratioFloor && z.out > maxRatio*z.packed.n {
-		return n, fmt.Errorf("%w: %d bytes from %d compressed", errRatio, z.out, z.packed.n)
+func (z *expandReader) Read(p []byte) (int, error) {
+	if z.err != nil {
+		return 0, z.err
 	}
-	if err != nil && !errors.Is(err, io.EOF) && (z.packed.err == nil || errors.Is(z.packed.err, io.EOF)) {
+	n, err := z.r.Read(p)
+	if z.err = z.bound.Make(int64(n)); z.err != nil {
+		return 0, z.err
+	}
+	if err != nil && !errors.Is(err, io.EOF) && (z.sent.err == nil || errors.Is(z.sent.err, io.EOF)) {
 		return n, fmt.Errorf("%w: %w", errCompressed, err)
 	}
 	return n, err
 }
 
-// tarName validates an archive member name: relative, no escape above the root.
-func tarName(name string) (string, error) {
-	if strings.HasPrefix(name, "/") {
-		return "", badRequest("attach: absolute path %q in archive", name)
+// entryName validates an entry's name: not empty, relative, no escape
+// above the root; it returns the name cleaned, "" for the root itself,
+// which only a directory may name ("./", as tar -C DIR . writes it).
+func entryName(hdr *tar.Header) (string, error) {
+	if hdr.Name == "" {
+		return "", badRequest("attach: an entry of type %q has an empty name", hdr.Typeflag)
 	}
-	p, err := core.CleanPath(name)
+	if strings.HasPrefix(hdr.Name, "/") {
+		return "", badRequest("attach: absolute path %q in archive", hdr.Name)
+	}
+	p, err := core.CleanPath(hdr.Name)
 	if err != nil {
-		return "", badRequest("attach: bad path %q in archive: %v", name, err)
+		return "", badRequest("attach: bad path %q in archive: %v", hdr.Name, err)
+	}
+	if p == "" && hdr.Typeflag != tar.TypeDir {
+		return "", badRequest("attach: %q (type %q) names the archive's root, which only a directory may", hdr.Name, hdr.Typeflag)
 	}
 	return p, nil
 }
@@ -299,8 +396,8 @@ func tarError(err error) error {
 	if errors.As(err, &mbe) {
 		return err
 	}
-	if errors.Is(err, errRatio) {
-		return failure(wire.ErrTooLarge, "attach: the archive expands to more than %d times its compressed size (%v); nothing was committed", maxRatio, err)
+	if errors.Is(err, core.ErrTooLarge) {
+		return failure(wire.ErrTooLarge, "attach: %v; nothing was committed", err)
 	}
 	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
 		return failure(wire.ErrTooLarge, "attach: the zstd archive needs a window over %d bytes (%v); nothing was committed", zstdMaxWindow, err)
