@@ -118,21 +118,9 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) 
 		}
 		buf := u.room()
 		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			c.Size += int64(n)
-			if !allZero(buf[:n]) {
-				data := buf[:n:n]
-				u.arena = u.arena[:len(u.arena)+n]
-				h := core.Hash(sha256.Sum256(data))
-				c.Chunks = append(c.Chunks, core.ChunkRef{Index: idx, Hash: h, Len: n})
-				u.pending = append(u.pending, pendingChunk{h, data, c, len(c.Chunks) - 1})
-				u.size += n
-				if u.size >= uploadBatch {
-					if err := u.start(ctx); err != nil {
-						return nil, err
-					}
-				}
-			}
+		c.Size += int64(n)
+		if aerr := u.addChunk(ctx, c, idx, buf[:n]); aerr != nil {
+			return nil, aerr
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return c, nil
@@ -140,6 +128,73 @@ func (u *Uploader) Put(ctx context.Context, r io.Reader) (*core.Content, error) 
 			return nil, err
 		}
 	}
+}
+
+// addChunk adds data, chunk idx of c read into u.room(), unless it is all
+// zeros (a hole).
+func (u *Uploader) addChunk(ctx context.Context, c *core.Content, idx int64, data []byte) error {
+	n := len(data)
+	if n == 0 || allZero(data) {
+		return nil
+	}
+	data = data[:n:n]
+	u.arena = u.arena[:len(u.arena)+n]
+	h := core.Hash(sha256.Sum256(data))
+	c.Chunks = append(c.Chunks, core.ChunkRef{Index: idx, Hash: h, Len: n})
+	u.pending = append(u.pending, pendingChunk{h, data, c, len(c.Chunks) - 1})
+	u.size += n
+	if u.size >= uploadBatch {
+		return u.start(ctx)
+	}
+	return nil
+}
+
+// A HoleFile is a file whose holes PutFile skips without reading them.
+type HoleFile interface {
+	io.ReaderAt
+	// DataAfter returns the offset of the first byte at or after off
+	// that is not in a hole (SEEK_DATA), or io.EOF if there is none.
+	DataAfter(off int64) (int64, error)
+}
+
+// PutFile is Put of the first size bytes of f, which skips every chunk
+// that lies wholly in a hole of f: the work is the file's data, not its
+// length (a 1 TiB sparse file with one byte written reads one chunk).
+func (u *Uploader) PutFile(ctx context.Context, f HoleFile, size int64) (*core.Content, error) {
+	if u.closed {
+		return nil, errUploaderClosed
+	}
+	cs := u.s.chunkSize
+	c := &core.Content{Chunks: []core.ChunkRef{}, Size: size}
+	for idx := int64(0); idx*cs < size; idx++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+		off := idx * cs
+		data, err := f.DataAfter(off)
+		if errors.Is(err, io.EOF) {
+			break // holes to the end
+		} else if err != nil {
+			return nil, err
+		}
+		if data >= off+cs {
+			idx = data/cs - 1 // on to the chunk the data is in
+			continue
+		}
+		buf := u.room()[:min(cs, size-off)]
+		n, err := f.ReadAt(buf, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if aerr := u.addChunk(ctx, c, idx, buf[:n]); aerr != nil {
+			return nil, aerr
+		}
+		if n < len(buf) {
+			c.Size = off + int64(n) // shorter than it was: it ends here
+			break
+		}
+	}
+	return c, nil
 }
 
 // PutChunk adds one chunk whose SHA-256 the caller has already checked

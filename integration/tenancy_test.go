@@ -224,3 +224,38 @@ func httpGet(t *testing.T, url, token string) (int, string) {
 	b.Write(raw)
 	return resp.StatusCode, b.String()
 }
+
+// A command can make a file of any length that holds nearly nothing; its
+// commit costs the file's data, not its length.
+func TestExecHugeSparseFile(t *testing.T) {
+	needExec(t)
+	ctx := context.Background()
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	begin := time.Now()
+	_, errs, code := e.exec("w", "--shell", "truncate -s 1T /workspace/big && printf end | dd of=/workspace/big bs=1 seek=1099511627000 conv=notrunc 2>/dev/null")
+	took := time.Since(begin)
+	if code != 0 {
+		t.Fatalf("exec: status %d %s", code, errs)
+	}
+	t.Logf("exec making a 1 TiB sparse file committed in %v", took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Fatalf("the commit of a 1 TiB sparse file took %v", took)
+	}
+	w, err := e.d.Store.Workspace(ctx, "alice", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := e.d.Store.Snapshot(ctx, w.ID, core.Head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sn.Open(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := f.ReadAt(buf, 1099511627000); err != nil || string(buf) != "end" || f.Size() != 1<<40 {
+		t.Fatalf("big: size %d, tail %q %v", f.Size(), buf, err)
+	}
+}
