@@ -322,6 +322,16 @@ func TestAttachRefusesEmptyName(t *testing.T) {
 			}
 		})
 	}
+	// A body with nothing in it, not even an archive's end, is refused:
+	// by default an attach replaces the tree.
+	status, body, err := e.attachRaw(context.Background(), "w", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, status, body, http.StatusBadRequest, wire.CodeInvalid)
+	if got := e.tree("w"); len(got) != 1 || got["keep"] != "kept" {
+		t.Fatalf("tree after an attach of an empty body: %v", got)
+	}
 	// The root as a directory ("./", as tar -C DIR . writes it) is fine.
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

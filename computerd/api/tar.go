@@ -230,6 +230,12 @@ func openArchive(body io.Reader) (*archive, error) {
 	a.body = bufio.NewReaderSize(a.sent, 256<<10)
 	var in io.Reader = a.body
 	magic, _ := a.body.Peek(4)
+	if len(magic) == 0 {
+		// Not even an empty archive (which is its end marker): most
+		// likely a client that sent nothing by mistake, and by default
+		// an attach replaces the whole tree.
+		return nil, badRequest("attach: the body is empty; send a tar archive (plain, gzip or zstd)")
+	}
 	switch {
 	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(a.body)
