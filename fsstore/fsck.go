@@ -268,14 +268,37 @@ func (s *Store) checkUsage(ctx context.Context, problem func(string, ...any)) er
 	if err != nil {
 		return wrapDB("check usage", err)
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var tenant string
 		var bytes, chunks, wantBytes, wantChunks int64
 		if err := rows.Scan(&tenant, &bytes, &chunks, &wantBytes, &wantChunks); err != nil {
+			rows.Close()
 			return wrapDB("check usage", err)
 		}
 		problem("usage of %s: %d bytes in %d chunks recorded, %d in %d counted", tenant, bytes, chunks, wantBytes, wantChunks)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrapDB("check usage", err)
+	}
+	// Records (runs, steps, memories, skills, the journal): the view
+	// counts them from the rows.
+	rows, err = s.rdb.QueryContext(ctx, `
+		SELECT n.tenant, COALESCE(u.records, 0), COALESCE(r.records, 0)
+		FROM (SELECT tenant FROM tenant_records UNION SELECT tenant FROM tenant_usage) n
+		LEFT JOIN tenant_usage u ON u.tenant = n.tenant LEFT JOIN tenant_records r ON r.tenant = n.tenant
+		WHERE COALESCE(u.records, 0) != COALESCE(r.records, 0)`)
+	if err != nil {
+		return wrapDB("check usage", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tenant string
+		var records, want int64
+		if err := rows.Scan(&tenant, &records, &want); err != nil {
+			return wrapDB("check usage", err)
+		}
+		problem("usage of %s: %d bytes of records recorded, %d counted", tenant, records, want)
 	}
 	return wrapDB("check usage", rows.Err())
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"computerd/core"
@@ -186,12 +187,7 @@ func TestMigrationPurgesReusedIDs(t *testing.T) {
 
 // recordsQuery recomputes what tenant ?1's records weigh from the rows
 // themselves (what migration 0051's triggers keep in tenant_usage).
-const recordsQuery = `SELECT COALESCE(sum(n), 0) FROM (
-	SELECT 100 + length(CAST(task AS BLOB)) + length(CAST(error AS BLOB)) + length(CAST(provider AS BLOB)) + length(CAST(model AS BLOB)) + length(CAST(skill AS BLOB)) + length(CAST(driver AS BLOB)) AS n FROM runs WHERE tenant = ?1
-	UNION ALL SELECT 100 + length(CAST(s.args AS BLOB)) + length(CAST(s.text AS BLOB)) + length(CAST(s.calls AS BLOB)) + length(CAST(s.tool AS BLOB)) + length(CAST(s.call_id AS BLOB)) + length(CAST(s.code AS BLOB)) FROM run_steps s JOIN runs r ON r.id = s.run WHERE r.tenant = ?1
-	UNION ALL SELECT 100 + length(CAST(text AS BLOB)) FROM memories WHERE tenant = ?1
-	UNION ALL SELECT 100 + length(CAST(name AS BLOB)) + length(CAST(description AS BLOB)) + length(CAST(body AS BLOB)) FROM skills WHERE tenant = ?1
-	UNION ALL SELECT 100 + length(CAST(argv AS BLOB)) + length(CAST(cwd AS BLOB)) + length(CAST(env_names AS BLOB)) + length(CAST(error AS BLOB)) + length(CAST(conflict AS BLOB)) + COALESCE(length(CAST(idem_key AS BLOB)), 0) + output_bytes FROM execs WHERE tenant = ?1)`
+const recordsQuery = `SELECT COALESCE((SELECT records FROM tenant_records WHERE tenant = ?1), 0)`
 
 // The records a tenant keeps are counted as they are written, rewritten
 // and deleted, whatever the order, and match the rows at every step.
@@ -266,6 +262,25 @@ func TestRecordsUsage(t *testing.T) {
 	check("all deleted")
 	if u, _ := s.Usage(ctx, "alice"); u.Records != 0 {
 		t.Fatalf("alice keeps nothing but counts %d bytes of records", u.Records)
+	}
+	// fsck recounts records, and says when the count is off.
+	if _, err := s.AddMemory(ctx, "bob", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := s.Check(ctx, fsstore.CheckOptions{}); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("fsck: %+v %v", rep, err)
+	}
+	rw, err := sql.Open("sqlite", "file:"+filepath.Join(s.Dir, "store.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if _, err := rw.ExecContext(ctx, `UPDATE tenant_usage SET records = records + 1 WHERE tenant = 'bob'`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Check(ctx, fsstore.CheckOptions{})
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "records") {
+		t.Fatalf("fsck of a records count off by one: %+v %v", rep, err)
 	}
 }
 

@@ -7,8 +7,10 @@
 ALTER TABLE tenant_usage ADD COLUMN records INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE execs ADD COLUMN output_bytes INTEGER NOT NULL DEFAULT 0;
 
-INSERT INTO tenant_usage(tenant, bytes, chunks, records)
-	SELECT tenant, 0, 0, sum(n) FROM (
+-- What each tenant's records weigh, counted from the rows: what the
+-- triggers below keep in tenant_usage.records (Store.Check compares them).
+CREATE VIEW tenant_records AS
+	SELECT tenant, sum(n) AS records FROM (
 	SELECT runs.tenant AS tenant, 100 + length(CAST(runs.task AS BLOB)) + length(CAST(runs.error AS BLOB)) + length(CAST(runs.provider AS BLOB)) + length(CAST(runs.model AS BLOB)) + length(CAST(runs.skill AS BLOB)) + length(CAST(runs.driver AS BLOB)) AS n FROM runs
 	UNION ALL
 	SELECT (SELECT tenant FROM runs WHERE id = run_steps.run) AS tenant, 100 + length(CAST(run_steps.args AS BLOB)) + length(CAST(run_steps.text AS BLOB)) + length(CAST(run_steps.calls AS BLOB)) + length(CAST(run_steps.tool AS BLOB)) + length(CAST(run_steps.call_id AS BLOB)) + length(CAST(run_steps.code AS BLOB)) AS n FROM run_steps
@@ -18,7 +20,10 @@ INSERT INTO tenant_usage(tenant, bytes, chunks, records)
 	SELECT skills.tenant AS tenant, 100 + length(CAST(skills.name AS BLOB)) + length(CAST(skills.description AS BLOB)) + length(CAST(skills.body AS BLOB)) AS n FROM skills
 	UNION ALL
 	SELECT execs.tenant AS tenant, 100 + length(CAST(execs.argv AS BLOB)) + length(CAST(execs.cwd AS BLOB)) + length(CAST(execs.env_names AS BLOB)) + length(CAST(execs.error AS BLOB)) + length(CAST(execs.conflict AS BLOB)) + COALESCE(length(CAST(execs.idem_key AS BLOB)), 0) + execs.output_bytes AS n FROM execs
-	) WHERE tenant IS NOT NULL GROUP BY tenant
+	) WHERE tenant IS NOT NULL GROUP BY tenant;
+
+INSERT INTO tenant_usage(tenant, bytes, chunks, records)
+	SELECT tenant, 0, 0, records FROM tenant_records WHERE true
 	ON CONFLICT(tenant) DO UPDATE SET records = excluded.records;
 
 CREATE TRIGGER runs_records_insert AFTER INSERT ON runs BEGIN
