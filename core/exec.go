@@ -57,6 +57,15 @@ type Exec struct {
 	PendingState ExecState `json:"pending_state,omitempty"`
 }
 
+// Unfinished reports whether the exec ended short of its writes being
+// in the workspace: interrupted (computerd stopped while it ran), failed
+// (it could not start, or its writes could not be committed) or pending
+// (they wait to reach the home). Clients report it as a failure even
+// when the command's own status was 0.
+func (e Exec) Unfinished() bool {
+	return e.State == ExecInterrupted || e.State == ExecFailed || e.State == ExecPending
+}
+
 // Duration is how long the exec ran (until now if it still runs).
 func (e Exec) Duration() time.Duration {
 	if e.Ended.IsZero() {

@@ -377,7 +377,8 @@ func TestExecCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	go cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p.txt; sync p.txt; echo written; sleep 1008"}},
+	argv := []string{"sh", "-c", "echo partial > p.txt; sync p.txt; echo written; sleep 1008"}
+	go cl.Exec(context.Background(), "w", wire.ExecRequest{Argv: argv, Key: "k1"},
 		func(ev wire.ExecEvent) error {
 			if strings.Contains(ev.Data, "written") {
 				close(started)
@@ -408,6 +409,14 @@ func TestExecCrashRecovery(t *testing.T) {
 	revs, _ := cl2.Log(context.Background(), "w", 1)
 	if revs[0].Source != core.SourceInterrupted || revs[0].ExecID != list[0].ID {
 		t.Fatalf("interrupted revision: %+v", revs[0])
+	}
+	// The retry with its key gets the record, and agentctl exec does not
+	// report it as a success: the command's status is unknown.
+	var stdout, stderr strings.Builder
+	err = agentcmd.Run(context.Background(), append([]string{"agentctl", "--server", c2.url, "--token-file", tokenFile(t, token), "exec", "w", "--key", "k1", "--"}, argv...),
+		agentcmd.IO{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
+	if code := agentcmd.ExitStatus(err); code != agentcmd.ExitUnfinished || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("agentctl exec retried after the crash: status %d, stderr %q; want %d and a note", code, stderr.String(), agentcmd.ExitUnfinished)
 	}
 }
 

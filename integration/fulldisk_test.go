@@ -208,8 +208,8 @@ func TestFullDisk(t *testing.T) {
 	if late.err != nil {
 		t.Fatalf("exec across the full disk: %v", late.err)
 	}
-	if late.rec.ExitCode != 0 || !strings.Contains(late.rec.Error, "no space left on device") || !strings.Contains(late.rec.Error, "committed once space is freed") {
-		t.Fatalf("exec across the full disk: status %d, error %q", late.rec.ExitCode, late.rec.Error)
+	if late.rec.ExitCode != 0 || late.rec.State != core.ExecFailed || !strings.Contains(late.rec.Error, "no space left on device") || !strings.Contains(late.rec.Error, "committed once space is freed") {
+		t.Fatalf("exec across the full disk: status %d, state %s, error %q; want failed until its writes are committed", late.rec.ExitCode, late.rec.State, late.rec.Error)
 	}
 	if !late.rec.OutputTruncated || !strings.Contains(late.rec.Error, "output log: ") || strings.Contains(late.output.String(), "20000") {
 		t.Fatalf("exec across the full disk: its output log took it all (truncated %v, error %q, %d bytes of output)",
@@ -254,7 +254,7 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("exec after freeing space: %+v %v %q", rec, err, out2.String())
 	}
 	journal, err := cl.ExecRecord(ctx, "w", late.rec.ID)
-	if err != nil || journal.Rev == 0 || !strings.Contains(journal.Error, "committed once space was freed") {
+	if err != nil || journal.Rev == 0 || journal.State != core.ExecExited || !strings.Contains(journal.Error, "committed once space was freed") {
 		t.Fatalf("the journal of the exec across the full disk: %+v %v", journal, err)
 	}
 	checkAcked(e)

@@ -333,10 +333,17 @@ func ExecResult(rec core.Exec, output string) Result {
 		status = fmt.Sprintf("killed by %s (exit %d)", rec.Signal, code)
 	case rec.State == core.ExecFailed:
 		status = "failed: " + rec.Error
+	case rec.State == core.ExecInterrupted:
+		status = "interrupted: computerd stopped while it ran, so its status is unknown"
+	case rec.State == core.ExecPending:
+		status = fmt.Sprintf("exit %d; its writes wait to reach the home (not in the workspace yet)", code)
 	default:
 		status = fmt.Sprintf("exit %d", code)
 	}
-	if code != 0 || rec.State == core.ExecFailed || rec.TimedOut {
+	switch {
+	case rec.Unfinished():
+		res.IsError, res.Code = true, string(rec.State)
+	case code != 0 || rec.TimedOut:
 		res.IsError, res.Code = true, "exit"
 	}
 	if rec.Rev != 0 {

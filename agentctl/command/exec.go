@@ -131,6 +131,12 @@ func execResult(c *cli.Context, rec core.Exec) error {
 		if rec.Signal != "" {
 			notes = append(notes, "killed by "+rec.Signal)
 		}
+		switch rec.State {
+		case core.ExecInterrupted:
+			notes = append(notes, "interrupted: computerd stopped while the command ran, so its status is unknown (what it wrote until then is kept)")
+		case core.ExecPending:
+			notes = append(notes, "its writes wait to reach the home; `agentctl execs "+rec.WSName+"` shows when they land")
+		}
 		if rec.Error != "" {
 			notes = append(notes, rec.Error)
 		}
@@ -138,14 +144,20 @@ func execResult(c *cli.Context, rec core.Exec) error {
 			fmt.Fprintf(c.App.ErrWriter, "agentctl: exec %s: %s\n", rec.ID, strings.Join(notes, "; "))
 		}
 	}
-	if rec.State == core.ExecFailed && rec.ExitCode == 0 {
-		return &ExitError{Code: 1}
-	}
 	if rec.ExitCode != 0 {
 		return &ExitError{Code: rec.ExitCode}
 	}
+	if rec.Unfinished() {
+		return &ExitError{Code: ExitUnfinished}
+	}
 	return nil
 }
+
+// ExitUnfinished is agentctl exec's status for an exec that ended short
+// of its writes being in the workspace (core.Exec.Unfinished) while the
+// command's own status was 0 or unknown: interrupted, its commit failed,
+// or its writes wait to reach the home.
+const ExitUnfinished = 125
 
 func execsCmd(c *cli.Context) error {
 	list, err := clientOf(c).Execs(c.Context, c.Args().First(), c.Int("limit"))

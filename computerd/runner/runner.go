@@ -764,12 +764,14 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	if e.Draft != 0 {
 		e.State, e.PendingState = core.ExecPending, e.State
 	}
-	base := e.Error // without the commit's failure
+	// A commit that failed fails the exec, whatever the command's status:
+	// its writes are not in the workspace (or not yet, when space runs out).
+	base, ended := e.Error, e.State // without the commit's failure
 	switch {
 	case late:
-		e.Error = joinErr(e.Error, "commit: "+commitErr.Error()+"; its writes are kept and committed once space is freed")
+		e.State, e.Error = core.ExecFailed, joinErr(e.Error, "commit: "+commitErr.Error()+"; its writes are kept and committed once space is freed")
 	case failed:
-		e.Error = joinErr(e.Error, "commit: "+commitErr.Error())
+		e.State, e.Error = core.ExecFailed, joinErr(e.Error, "commit: "+commitErr.Error())
 	}
 	journalErr := r.Store.UpdateExec(cctx, e)
 	if errors.Is(journalErr, core.ErrNotFound) {
@@ -778,9 +780,9 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		r.Log.Error("journal", "id", e.ID, "err", journalErr)
 	}
 	if late {
-		later = &unsettled{rec: e, base: base, layer: m}
+		later = &unsettled{rec: e, base: base, ended: ended, layer: m}
 	} else if journalErr != nil {
-		later = &unsettled{rec: e, base: e.Error}
+		later = &unsettled{rec: e, base: e.Error, ended: e.State}
 	}
 	// An overlay nothing touched, of a command whose processes are all
 	// gone, waits on the shelf for the next exec. It goes there before

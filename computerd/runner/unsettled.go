@@ -15,8 +15,9 @@ import (
 // disk has room, so that freeing space is all it takes.
 type unsettled struct {
 	rec   core.Exec
-	base  string // rec.Error without the commit's failure
-	layer *layer // nil once committed
+	base  string         // rec.Error without the commit's failure
+	ended core.ExecState // rec.State, had the commit not failed
+	layer *layer         // nil once committed
 }
 
 // settleLater hands u to settleLoop.
@@ -90,6 +91,7 @@ func (r *Runner) settleOne(ctx context.Context, u *unsettled) bool {
 		if r.noteCommit(&u.rec, u.layer, rev, changed, err) {
 			u.rec.Error = joinErr(u.base, "commit: "+err.Error())
 		} else {
+			u.rec.State = u.ended
 			u.rec.Error = joinErr(u.base, "its writes were committed once space was freed")
 		}
 		// A failure of another kind leaves the writes to Recover.
