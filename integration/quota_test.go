@@ -240,8 +240,12 @@ func TestExecWriteBound(t *testing.T) {
 			t.Fatalf("%s exec wrote %d bytes, the quota left %d", name, n, left)
 		}
 	}
-	if out, _, code := e.exec("w", "--", "cat", "api"); code != 0 || len(out) != 20<<20 {
-		t.Fatalf("reading after the bound: status %d, %d bytes", code, len(out))
+	if out := e.ok("read", "w", "api"); len(out) != 20<<20 {
+		t.Fatalf("reading after the bound: %d bytes", len(out))
+	}
+	// An exec's output counts too: at the quota, none is kept.
+	if out, errs, code := e.exec("w", "--", "cat", "api"); code != 0 || len(out) != 0 || !strings.Contains(errs, "quota") {
+		t.Fatalf("an exec's output at the quota: status %d, %d bytes, stderr %q", code, len(out), errs)
 	}
 	checkStore(t, e.d.Store)
 }
