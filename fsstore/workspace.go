@@ -250,39 +250,33 @@ func (s *Store) DeleteWorkspace(ctx context.Context, id int64) error {
 // mounts of it had not committed yet: nothing can commit it now) and
 // returns their ids, inside the writer's transaction.
 func (s *Store) draftsOf(ctx context.Context, ws int64) ([]int64, error) {
-	rows, err := s.wconn.QueryContext(ctx, `UPDATE workspaces SET deleted_ns = ?1 WHERE base_ws = ?2 AND deleted_ns IS NULL
+	return column[int64](ctx, s.wconn, "delete drafts", `UPDATE workspaces SET deleted_ns = ?1 WHERE base_ws = ?2 AND deleted_ns IS NULL
 		AND tenant = ?3 || (SELECT tenant FROM workspaces WHERE id = ?2) RETURNING id`, s.Now().UnixNano(), ws, draftTenantPrefix)
-	if err != nil {
-		return nil, wrapDB("delete drafts", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, wrapDB("delete drafts", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, wrapDB("delete drafts", rows.Err())
 }
 
 // execIDs lists the ids of workspace ws's execs, inside the writer's transaction.
 func (s *Store) execIDs(ctx context.Context, ws int64) ([]string, error) {
-	rows, err := s.wconn.QueryContext(ctx, `SELECT id FROM execs WHERE ws = ?`, ws)
+	return column[string](ctx, s.wconn, "list execs", `SELECT id FROM execs WHERE ws = ?`, ws)
+}
+
+// column runs query on db and returns the one column of its rows.
+func column[T any](ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, what, query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, wrapDB("list execs", err)
+		return nil, wrapDB(what, err)
 	}
 	defer rows.Close()
-	var ids []string
+	var out []T
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, wrapDB("list execs", err)
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, wrapDB(what, err)
 		}
-		ids = append(ids, id)
+		out = append(out, v)
 	}
-	return ids, wrapDB("list execs", rows.Err())
+	return out, wrapDB(what, rows.Err())
 }
 
 // Log lists a workspace's retained revisions, newest first; limit <= 0 means all.
