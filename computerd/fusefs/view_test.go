@@ -184,3 +184,41 @@ func TestViewReadsAhead(t *testing.T) {
 		t.Fatal("a file over the read-ahead's size sent no READ")
 	}
 }
+
+// A deleted workspace's trees are forgotten: the kernel, which may keep a
+// tree's entries for a day, reaches nothing of them after Forget.
+func TestViewForget(t *testing.T) {
+	st := MustStore(t)
+	w := MustWorkspace(t, st, "w")
+	v := mustView(t, st)
+	rev, err := st.Commit(bg, w.ID, (&core.Batch{}).WriteFile("secret.txt", []byte("secret"), 0o644), fsstore.CommitInfo{Source: core.SourceAPI, Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, release, err := v.Acquire(bg, w.ID, rev.Rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another exec at the same time gets the revision's own tree.
+	other, releaseOther, err := v.Acquire(bg, w.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "secret.txt")); err != nil || string(b) != "secret" {
+		t.Fatalf("read through the live tree: %q %v", b, err)
+	}
+	if _, err := os.ReadDir(other); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	releaseOther()
+	if err := st.DeleteWorkspace(bg, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	v.Forget(w.ID)
+	for _, p := range []string{filepath.Join(dir, "secret.txt"), dir, other} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("stat %s after the workspace was deleted and forgotten: %v, want not found", p, err)
+		}
+	}
+}
