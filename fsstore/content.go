@@ -348,7 +348,7 @@ func (s *Store) writeChunks(ctx context.Context, chunks []pendingChunk, holder *
 	for _, p := range chunks {
 		content += int64(len(p.data))
 	}
-	err := s.inTxSized(ctx, content, func() error {
+	err := s.inTxChunks(ctx, content, func() error {
 		for _, p := range chunks {
 			id, fresh, err := putChunk(ctx, s.wq, p.hash, p.data)
 			if err != nil {

@@ -45,9 +45,14 @@ type Store struct {
 	Dir string
 	// ChunkSize applies only when the store is created (default DefaultChunkSize).
 	ChunkSize int
-	// SyncFull makes every commit fsync (synchronous=FULL). Off, a commit
-	// survives a crash of the process at any instant but not of the machine.
-	SyncFull bool
+	// NoFsync acknowledges commits before they are on the disk
+	// (synchronous=NORMAL): a commit then survives a crash of the process
+	// at any instant, but a power loss or a crash of the kernel loses the
+	// commits of the last seconds, acknowledged or not, and hands their
+	// revision numbers out again for other contents. Off (the default),
+	// every commit is on the disk before it returns or anyone can read it
+	// (synchronous=FULL: the WAL is fsynced at commit); see flushCommits.
+	NoFsync bool
 	// Readers is the size of the read connection pool (default 4).
 	Readers int
 	// LeaseTime is how long chunks written by Put stay safe from garbage
@@ -95,6 +100,7 @@ type Store struct {
 	lock      *dirLock      // nil when Shared
 
 	wmu    sync.Mutex      // the single writer
+	lazy   bool            // the writer's commits skip the fsync (see flushCommits), guarded by wmu
 	leases map[int64]lease // chunk id -> what keeps it from GC, guarded by wmu
 	closed bool            // guarded by wmu
 	shut   atomic.Bool     // closed, for readers (which do not take wmu)
@@ -155,10 +161,11 @@ func (s *Store) open(ctx context.Context) error {
 	s.leases = map[int64]lease{}
 	s.wsCache = map[int64]*wsInfo{}
 	dbPath := filepath.Join(s.Dir, "store.db")
-	sync := "NORMAL"
-	if s.SyncFull {
-		sync = "FULL"
+	sync := "FULL"
+	if s.NoFsync {
+		sync = "NORMAL"
 	}
+	s.lazy = s.NoFsync
 	// Page caches: 32 MiB for the writer (b-tree pages of big imports), 8
 	// MiB for each reader (reads stream chunks once). With the default four
 	// readers and the two read-ahead connections below that bounds SQLite's
@@ -234,6 +241,32 @@ func (s *Store) open(ctx context.Context) error {
 			s.closeDBs()
 			return err
 		}
+	}
+	// The names of the files just made (the database, its WAL, the data
+	// directory itself) reach the disk before the first commit is
+	// acknowledged; SQLite fsyncs the directory only for a WAL it creates.
+	if !s.NoFsync {
+		if err := syncDir(s.Dir); err != nil {
+			s.closeDBs()
+			return err
+		}
+		if err := syncDir(filepath.Dir(s.Dir)); err != nil {
+			s.closeDBs()
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir makes the entries of directory dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -358,11 +391,23 @@ func (s *Store) loadSettings(ctx context.Context) error {
 // inTx runs fn inside BEGIN IMMEDIATE ... COMMIT on the writer connection,
 // rolling back if fn fails. The caller holds wmu, or is Open.
 func (s *Store) inTx(ctx context.Context, fn func() error) error {
+	if err := s.flushCommits(ctx, true); err != nil {
+		return err
+	}
 	return s.inTxSized(ctx, 0, fn)
 }
 
-// inTxSized is inTx for a transaction that writes about content bytes of
-// chunks, which the checkpointer counts.
+// inTxChunks is inTx for a transaction that writes chunks only, about
+// content bytes of them (which the checkpointer counts). Its commit is not
+// flushed on its own: a chunk is acknowledged only by the commit that
+// names it, whose flush carries the chunk's pages along (flushCommits).
+func (s *Store) inTxChunks(ctx context.Context, content int64, fn func() error) error {
+	s.flushCommits(ctx, false) // failing, it stays flushed: slower, no less safe
+	return s.inTxSized(ctx, content, fn)
+}
+
+// inTxSized runs fn in a transaction, counting content bytes of chunks for
+// the checkpointer, at whatever flushCommits last set.
 func (s *Store) inTxSized(ctx context.Context, content int64, fn func() error) (err error) {
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return s.noSpace(fmt.Errorf("begin: %w", err))
@@ -405,4 +450,31 @@ func (s *Store) writeShared(ctx context.Context, fn func() error) error {
 		return core.ErrClosed
 	}
 	return s.inTx(ctx, fn)
+}
+
+// flushCommits sets whether the writer's commits are on the disk when they
+// return (flush, synchronous=FULL) or only in the WAL (synchronous=NORMAL);
+// the caller holds wmu. Every commit is flushed but those of chunks alone:
+// with FULL, SQLite fsyncs the WAL inside COMMIT, before the commit is
+// visible to any reader, so nothing can hand out a revision, journal
+// record or token that a power loss could take back. The WAL is one file
+// written in order, so that fsync also carries every unflushed commit
+// made before it (and a checkpoint, which fsyncs the WAL before copying
+// it, at NORMAL too, never copies a page that is not on the disk). With
+// NoFsync the writer stays at NORMAL.
+func (s *Store) flushCommits(ctx context.Context, flush bool) error {
+	if s.NoFsync || s.lazy == !flush {
+		return nil
+	}
+	level := "NORMAL"
+	if flush {
+		level = "FULL"
+	}
+	// Not cancelled with the caller: a writer left at NORMAL would
+	// acknowledge the next commit before it is on the disk.
+	if _, err := s.wconn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = "+level); err != nil {
+		return fmt.Errorf("set synchronous=%s: %w", level, err)
+	}
+	s.lazy = !flush
+	return nil
 }

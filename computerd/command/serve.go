@@ -44,7 +44,10 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls and execs may finish after SIGINT/SIGTERM", Value: defaultShutdownGrace},
 			&cli.StringFlag{Name: "retention", Usage: "which revisions to keep: for=AGE (e.g. 7d, 36h) and/or last=N per workspace, comma-separated, a revision going only when no rule keeps it; all: keep every revision", Value: fsstore.DefaultPolicy.String()},
 			&cli.DurationFlag{Name: "gc-interval", Usage: "how often to prune by --retention and reclaim the space of unreferenced chunks (0: never)", Value: daemon.DefaultGCInterval},
-			&cli.BoolFlag{Name: "sync-full", Usage: "fsync every commit (survive power loss, slower)"},
+			&cli.BoolFlag{Name: "no-fsync", Usage: "acknowledge writes before they are on the disk (no fsync per commit: faster). RISK: a power loss or a kernel crash then loses the last seconds of acknowledged writes (revisions, journal records, tokens) and hands their revision numbers out again for other contents; a crash of computerd alone still loses nothing"},
+			// Every commit is on the disk before it is acknowledged by
+			// default now: --sync-full is accepted and changes nothing.
+			&cli.BoolFlag{Name: "sync-full", Hidden: true},
 			&cli.BoolFlag{Name: "quiet", Usage: "log warnings and errors only"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve the API over HTTPS with this certificate (PEM; with --tls-key)", EnvVars: []string{"COMPUTERD_TLS_CERT"}},
 			&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert (PEM)", EnvVars: []string{"COMPUTERD_TLS_KEY"}},
@@ -154,7 +157,7 @@ func serve(c *cli.Context) error {
 		Listen:           c.String("listen"),
 		MetricsListen:    c.String("metrics-listen"),
 		Log:              log,
-		SyncFull:         c.Bool("sync-full"),
+		NoFsync:          c.Bool("no-fsync"),
 		Home:             c.String("home"),
 		HomeToken:        homeToken,
 		HomeCA:           c.String("home-ca"),

@@ -47,8 +47,11 @@ type Config struct {
 	HTTP HTTPTimeouts
 	// Log receives the daemon's log (default: discard).
 	Log *slog.Logger
-	// SyncFull makes every commit fsync (survives power loss, not only crashes).
-	SyncFull bool
+	// NoFsync acknowledges writes before they are on the disk
+	// (fsstore.Store.NoFsync): faster, but a power loss loses the last
+	// seconds of acknowledged writes and hands their revision numbers
+	// out again. Off, an acknowledged write survives a power loss.
+	NoFsync bool
 	// NoExec turns sandboxed exec off (it needs root, cgroup v2 and /dev/fuse).
 	NoExec bool
 	// SandboxLimits are the default container limits (zero: sandbox defaults).
@@ -216,7 +219,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	d.Store = fsstore.New(cfg.DataDir)
-	d.Store.SyncFull = cfg.SyncFull
+	d.Store.NoFsync = cfg.NoFsync
 	d.Store.Owner = "computerd serve" // the store's lock names its holder
 	d.Store.DefaultQuota = quotaOf(cfg.Quota)
 	if cfg.Home != "" {
