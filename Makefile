@@ -3,10 +3,17 @@ BIN := bin
 
 .PHONY: build test bench demo clean deps importcheck mcp-inspector
 
+# VERSION is what computerd --version, agentctl --version, GET /v1/version
+# and computerd_build_info report (without it, a binary reports the commit
+# go build recorded, or "devel").
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X computerd/internal/version.version=$(VERSION) -X computerd/internal/version.revision=$(REVISION)
+
 build:
-	$(GO) build -o $(BIN)/computerd ./computerd
-	$(GO) build -o $(BIN)/computerd-sandbox ./computerd/sandboxd
-	$(GO) build -o $(BIN)/agentctl ./agentctl
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/computerd ./computerd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/computerd-sandbox ./computerd/sandboxd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./agentctl
 
 deps:
 	./contrib/deps.sh

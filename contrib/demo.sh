@@ -19,7 +19,7 @@ printf '# demo\n' > "$DEMO/src/README.md"
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 export COMPUTER_URL="http://127.0.0.1:$PORT"
-export COMPUTER_TOKEN=$("$BIN/computerd" token create --data "$DEMO/data" --scope mount demo)
+export COMPUTER_TOKEN=$("$BIN/computerd" token create --init --data "$DEMO/data" --scope mount demo)
 # metrics GETs a page of the metrics listener (bash's /dev/tcp: no curl needed).
 metrics() {
 	exec 3<>"/dev/tcp/127.0.0.1/$((PORT + 1))" || return 1

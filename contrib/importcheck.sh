@@ -25,6 +25,8 @@ rules=$(cat <<RULES
 ./computerd/...   | ^$cli
 ./computerd/loopfs | ^computerd/
 ./internal/testheap | .
+./internal/version | .
+./internal/clihelp | ^computerd/
 RULES
 )
 

@@ -52,7 +52,7 @@ go build -o "$WORK/agentctl" ./agentctl
 "$WORK/computerd" serve --data "$WORK/data" --listen "127.0.0.1:$PORT" --metrics-listen "" --quiet &
 SERVER=$!
 export COMPUTER_URL="http://127.0.0.1:$PORT"
-export COMPUTER_TOKEN=$("$WORK/computerd" token create --data "$WORK/data" inspector)
+export COMPUTER_TOKEN=$("$WORK/computerd" token create --init --data "$WORK/data" inspector)
 for _ in $(seq 100); do
 	kill -0 "$SERVER" 2>/dev/null || { echo "mcp-inspector-test: computerd did not start" >&2; exit 1; }
 	"$WORK/agentctl" ws ls >/dev/null 2>&1 && break

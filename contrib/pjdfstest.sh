@@ -87,7 +87,7 @@ for target in $TARGETS; do
 		server=$!
 		trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 		export COMPUTER_URL="http://127.0.0.1:$PORT"
-		COMPUTER_TOKEN=$("$WORK/bin/computerd" token create --data "$WORK/data" pjdfstest)
+		COMPUTER_TOKEN=$("$WORK/bin/computerd" token create --init --data "$WORK/data" pjdfstest)
 		export COMPUTER_TOKEN
 		for _ in $(seq 100); do "$WORK/bin/agentctl" ws ls >/dev/null 2>&1 && break; sleep 0.1; done
 		"$WORK/bin/agentctl" ws create pjd >/dev/null

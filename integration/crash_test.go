@@ -254,11 +254,11 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 // tokenFor creates a token in dir through `computerd token create`, with
-// scopes.
+// scopes; --init makes the store when computerd has not run there yet.
 func tokenFor(t *testing.T, dir, tenant string, scopes ...string) string {
 	t.Helper()
 	var out strings.Builder
-	args := []string{"computerd", "token", "create", "--data", dir}
+	args := []string{"computerd", "token", "create", "--init", "--data", dir}
 	for _, sc := range scopes {
 		args = append(args, "--scope", sc)
 	}

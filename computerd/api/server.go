@@ -158,6 +158,7 @@ func (s *Server) Handler() http.Handler {
 	for _, r := range routes {
 		mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
+	mux.Handle("GET /v1/version", s.versionRoute()) // an executor's own, too
 	s.mux = s.cleanPaths(mux)
 	return s.mux
 }
@@ -311,7 +312,11 @@ func (s *Server) authenticate(r *http.Request) (fsstore.Token, error) {
 		tok, err = s.Store.CheckToken(r.Context(), secret)
 	}
 	if errors.Is(err, core.ErrBadToken) {
-		return fsstore.Token{}, failure(core.ErrBadToken, "invalid or revoked token")
+		// A token of another data directory's is the usual mistake:
+		// computerd token create writes to the directory it is given.
+		return fsstore.Token{}, failure(core.ErrBadToken, "invalid or revoked token: this computerd does not know it "+
+			"(a token is known only to the computerd serving the data directory it was made in: "+
+			"make one with computerd token create --data DIR, DIR being the --data of this computerd serve)")
 	}
 	return tok, err
 }

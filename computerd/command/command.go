@@ -15,6 +15,8 @@ import (
 
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/internal/clihelp"
+	"computerd/internal/version"
 )
 
 // DefaultDataDir is where the store lives unless --data says otherwise:
@@ -37,14 +39,26 @@ func DefaultDataDir() string {
 // Run runs the computerd command line with args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app := &cli.App{
-		Name:                 "computerd",
-		Usage:                "durable workspaces for agents",
-		Writer:               stdout,
-		ErrWriter:            stderr,
-		EnableBashCompletion: true,
-		Commands:             []*cli.Command{serveCommand(), tokenCommand(), tenantCommand(), storeCommand()},
+		Name:                  "computerd",
+		Usage:                 "durable workspaces for agents",
+		Version:               version.String(),
+		Writer:                stdout,
+		ErrWriter:             stderr,
+		EnableBashCompletion:  true,
+		Commands:              commands(),
+		CustomAppHelpTemplate: clihelp.AppTemplate(appExamples),
+		OnUsageError:          usageError,
 	}
 	return app.RunContext(ctx, args)
+}
+
+// commands are computerd's commands, each with its example and its
+// one-line usage errors.
+func commands() []*cli.Command {
+	cmds := []*cli.Command{serveCommand(), tokenCommand(), tenantCommand(), storeCommand()}
+	clihelp.SetExamples(cmds, examples)
+	clihelp.Walk(cmds, func(_ string, c *cli.Command) { c.OnUsageError = usageError })
+	return cmds
 }
 
 var (
@@ -80,10 +94,22 @@ func withStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
 }
 
 // withSharedStore is withStore for commands that only read, or write only
-// tokens: their store opens beside a running computerd serve (see
-// fsstore.Store.Shared), reading through SQLite transactions that see
-// whole commits.
+// tokens and tenants' settings: their store opens beside a running
+// computerd serve (see fsstore.Store.Shared), reading through SQLite
+// transactions that see whole commits. A data directory that holds no
+// store is refused, not given an empty one (hasStore).
 func withSharedStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := hasStore(c, ""); err != nil {
+			return err
+		}
+		return withNewSharedStore(fn)(c)
+	}
+}
+
+// withNewSharedStore is withSharedStore that makes the store if --data
+// has none.
+func withNewSharedStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		s, err := openStore(c, true)
 		if err != nil {
@@ -92,6 +118,29 @@ func withSharedStore(fn func(c *cli.Context, s *fsstore.Store) error) cli.Action
 		defer s.Close()
 		return fn(c, s)
 	}
+}
+
+// storeFile is the database a data directory holds once a store was
+// made there (fsstore.Store.Open).
+const storeFile = "store.db"
+
+// hasStore refuses a --data that holds no store: a token or a tenant's
+// quota written there would reach no computerd serve (the usual slip:
+// computerd serve on one directory, computerd token create on the
+// default one), and a read would show an empty store. hint ends the
+// message.
+func hasStore(c *cli.Context, hint string) error {
+	dir := c.String("data")
+	_, err := os.Stat(filepath.Join(dir, storeFile))
+	if err == nil {
+		return nil
+	}
+	where := "--data or COMPUTERD_DATA"
+	if !c.IsSet("data") {
+		where = "the default data directory"
+	}
+	return fmt.Errorf("no computerd store in %s (%s): pass --data DIR naming the data directory "+
+		"computerd serve uses (its log says data=DIR)%s", dir, where, hint)
 }
 
 // workspaceArg resolves the workspace named by argument i.

@@ -3,13 +3,11 @@ package command
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -34,12 +32,12 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-listen", Usage: "Prometheus metrics address (empty: off)", Value: daemon.DefaultMetricsListen, EnvVars: []string{"COMPUTERD_METRICS_LISTEN"}},
 			&cli.Int64Flag{Name: "max-workspaces", Usage: "live workspaces per tenant, conflict and interrupted copies included (0: no limit; computerd tenant set gives a tenant its own)", Value: daemon.DefaultMaxWorkspaces},
 			&cli.StringFlag{Name: "quota-bytes", Usage: "bytes one tenant may store, history, forks and copies included, each distinct chunk counted once (0: no limit; computerd tenant set gives a tenant its own); suffixes K, M, G, T (powers of 1024)", Value: core.FormatSize(daemon.DefaultQuotaBytes)},
-			&cli.Int64Flag{Name: "max-body", Usage: "largest JSON request body, bytes", Value: api.DefaultMaxJSONBody},
-			&cli.Int64Flag{Name: "max-upload", Usage: "largest streamed upload (file write, attach), bytes", Value: api.DefaultMaxUpload},
+			sizeFlag("max-body", "largest JSON request body", api.DefaultMaxJSONBody),
+			sizeFlag("max-upload", "largest streamed upload (file write, attach)", api.DefaultMaxUpload),
 			&cli.DurationFlag{Name: "http-read-header-timeout", Usage: "longest time to read a request's header", Value: daemon.DefaultHTTPReadHeaderTimeout},
 			&cli.DurationFlag{Name: "http-idle-timeout", Usage: "how long a kept-alive connection may wait for its next request", Value: daemon.DefaultHTTPIdleTimeout},
 			&cli.DurationFlag{Name: "http-body-timeout", Usage: "longest wait for more of a request body (file write, attach, push), and the grace before --http-body-min-rate applies", Value: daemon.DefaultHTTPBodyTimeout},
-			&cli.Int64Flag{Name: "http-body-min-rate", Usage: "slowest a request body may arrive, bytes per second of waiting for it (a trickling upload is cut)", Value: daemon.DefaultHTTPBodyMinRate},
+			sizeFlag("http-body-min-rate", "slowest a request body may arrive, per second of waiting for it (a trickling upload is cut)", daemon.DefaultHTTPBodyMinRate),
 			&cli.DurationFlag{Name: "http-write-timeout", Usage: "longest one write of an answer may wait for a client that does not read it (each write moves the deadline on; a quiet stream is never cut)", Value: daemon.DefaultHTTPWriteTimeout},
 			&cli.DurationFlag{Name: "shutdown-grace", Usage: "how long in-flight calls and execs may finish after SIGINT/SIGTERM", Value: defaultShutdownGrace},
 			&cli.StringFlag{Name: "retention", Usage: "which revisions to keep: for=AGE (e.g. 7d, 36h) and/or last=N per workspace, comma-separated, a revision going only when no rule keeps it; all: keep every revision", Value: fsstore.DefaultPolicy.String()},
@@ -59,14 +57,14 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
 			&cli.DurationFlag{Name: "exec-timeout", Usage: "timeout of an exec that names none", Value: daemon.DefaultExecTimeout},
 			&cli.DurationFlag{Name: "exec-max-timeout", Usage: "ceiling of the timeout an exec may ask for (above it: refused)", Value: daemon.DefaultExecMaxTimeout},
-			&cli.Int64Flag{Name: "exec-max-memory", Usage: "ceiling of the memory an exec may ask for, bytes", Value: daemon.DefaultExecMaxMemory},
+			sizeFlag("exec-max-memory", "ceiling of the memory an exec may ask for", daemon.DefaultExecMaxMemory),
 			&cli.Int64Flag{Name: "exec-max-pids", Usage: "ceiling of the processes and threads an exec may ask for", Value: daemon.DefaultExecMaxPids},
 			&cli.Float64Flag{Name: "exec-max-cpus", Usage: "ceiling of the CPUs an exec may ask for (the default is the host's count)", Value: daemon.DefaultExecMaxCPUs()},
 			&cli.IntFlag{Name: "exec-max-per-tenant", Usage: "execs one tenant may run at once (beyond: 429 busy)", Value: daemon.DefaultExecMaxPerTenant},
 			&cli.IntFlag{Name: "exec-max-total", Usage: "execs that may run at once in all (beyond: 429 busy)", Value: daemon.DefaultExecMaxTotal},
 			&cli.StringFlag{Name: "exec-max-write", Usage: "bytes one exec may write to /workspace before its writes fail with ENOSPC (less when its tenant's --quota-bytes or the disk leave less); suffixes K, M, G, T", Value: core.FormatSize(daemon.DefaultExecMaxWrite)},
 			&cli.IntFlag{Name: "exec-shelf", Usage: "overlays of execs that wrote nothing kept mounted for the next exec on the same revision, which then starts with warm caches (0: none)", Value: daemon.DefaultExecShelf},
-			&cli.Int64Flag{Name: "exec-max-output", Usage: "bytes of output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", Value: daemon.DefaultExecMaxOutput},
+			sizeFlag("exec-max-output", "output log kept per exec, both streams as stored (beyond: truncated; the command runs on)", daemon.DefaultExecMaxOutput),
 			&cli.StringFlag{Name: "sandbox-helper", Usage: "the computerd-sandbox binary that runs containers (auto: the one beside computerd, if any; none: run them in computerd)", Value: "auto"},
 			&cli.Uint64Flag{Name: "sandbox-id-base", Usage: fmt.Sprintf("the host uid and gid of a container's root: its user namespace maps its ids 0 to %d to this one and the %d after it. "+
 				"Each computerd on the host claims its range in %s while it runs; one given a range that another holds does not start",
@@ -81,6 +79,12 @@ func serveCommand() *cli.Command {
 func serve(c *cli.Context) error {
 	if c.IsSet("token") {
 		return wire.ErrTokenOnCommandLine
+	}
+	if err := checkSizes(c, "max-body", "max-upload", "http-body-min-rate", "exec-max-memory", "exec-max-output"); err != nil {
+		return err
+	}
+	if err := needRoot(c); err != nil {
+		return err
 	}
 	daemon.TuneRuntime()
 	level := slog.LevelInfo
@@ -118,10 +122,10 @@ func serve(c *cli.Context) error {
 	}
 	// A ceiling of 0 would read as "the default" further in: refuse it.
 	for name, v := range map[string]float64{
-		"exec-max-timeout": c.Duration("exec-max-timeout").Seconds(), "exec-max-memory": float64(c.Int64("exec-max-memory")),
+		"exec-max-timeout": c.Duration("exec-max-timeout").Seconds(), "exec-max-memory": float64(size(c, "exec-max-memory")),
 		"exec-max-pids": float64(c.Int64("exec-max-pids")), "exec-max-cpus": c.Float64("exec-max-cpus"),
 		"exec-max-per-tenant": float64(c.Int("exec-max-per-tenant")), "exec-max-total": float64(c.Int("exec-max-total")),
-		"exec-max-output": float64(c.Int64("exec-max-output")),
+		"exec-max-output": float64(size(c, "exec-max-output")),
 	} {
 		if v <= 0 {
 			return fmt.Errorf("--%s: want more than 0", name)
@@ -132,7 +136,7 @@ func serve(c *cli.Context) error {
 			return fmt.Errorf("--%s %s: want more than 0", name, c.Duration(name))
 		}
 	}
-	if r := c.Int64("http-body-min-rate"); r <= 0 {
+	if r := size(c, "http-body-min-rate"); r <= 0 {
 		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
 	}
 	quota, err := serveQuota(c)
@@ -167,10 +171,10 @@ func serve(c *cli.Context) error {
 		MountRoots:       c.StringSlice("mount-root"),
 		ExecTimeout:      c.Duration("exec-timeout"),
 		ExecMaxTimeout:   c.Duration("exec-max-timeout"),
-		ExecMaxLimits:    core.Limits{Memory: c.Int64("exec-max-memory"), Pids: c.Int64("exec-max-pids"), CPUs: c.Float64("exec-max-cpus")},
+		ExecMaxLimits:    core.Limits{Memory: size(c, "exec-max-memory"), Pids: c.Int64("exec-max-pids"), CPUs: c.Float64("exec-max-cpus")},
 		ExecMaxPerTenant: c.Int("exec-max-per-tenant"),
 		ExecMaxTotal:     c.Int("exec-max-total"),
-		ExecMaxOutput:    c.Int64("exec-max-output"),
+		ExecMaxOutput:    size(c, "exec-max-output"),
 		ExecShelf:        shelf,
 		ExecMaxWrite:     maxWrite,
 		SandboxHelper:    helper,
@@ -182,12 +186,12 @@ func serve(c *cli.Context) error {
 			ReadHeader:  c.Duration("http-read-header-timeout"),
 			Idle:        c.Duration("http-idle-timeout"),
 			Body:        c.Duration("http-body-timeout"),
-			BodyMinRate: c.Int64("http-body-min-rate"),
+			BodyMinRate: size(c, "http-body-min-rate"),
 			Write:       c.Duration("http-write-timeout"),
 		},
 		Limits: api.Limits{
-			MaxJSONBody: c.Int64("max-body"),
-			MaxUpload:   c.Int64("max-upload"),
+			MaxJSONBody: size(c, "max-body"),
+			MaxUpload:   size(c, "max-upload"),
 		},
 	})
 	if err != nil {
@@ -211,68 +215,6 @@ func serve(c *cli.Context) error {
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// tokenCommand manages bearer tokens in the data directory.
-func tokenCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "token",
-		Usage: "manage API bearer tokens",
-		Subcommands: []*cli.Command{
-			{
-				Name: "create", Usage: "make a token for TENANT and print it (shown only once)", ArgsUsage: "TENANT",
-				Flags: []cli.Flag{dataFlag, jsonFlag,
-					&cli.StringSliceFlag{Name: "scope", Usage: "grant more than the tenant's workspaces (repeatable or comma-separated): " +
-						strings.Join(fsstore.Scopes, ", ") + " (" + fsstore.ScopeMount + ": host mounts under serve's --mount-root)"},
-				},
-				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
-					if c.NArg() != 1 {
-						return fmt.Errorf("usage: computerd token create [--scope S] TENANT")
-					}
-					var scopes []string
-					for _, sc := range c.StringSlice("scope") {
-						scopes = append(scopes, strings.Split(sc, ",")...)
-					}
-					secret, tok, err := s.CreateToken(c.Context, c.Args().First(), scopes...)
-					if err != nil {
-						return err
-					}
-					return output(c, map[string]any{"token": secret, "id": tok.ID, "tenant": tok.Tenant, "scopes": tok.Scopes, "created": tok.Created},
-						func(w io.Writer) { fmt.Fprintln(w, secret) })
-				}),
-			},
-			{
-				Name: "ls", Usage: "list tokens (ids, tenants, scopes; secrets are not stored)",
-				Flags: []cli.Flag{dataFlag, jsonFlag},
-				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
-					toks, err := s.Tokens(c.Context)
-					if err != nil {
-						return err
-					}
-					return output(c, toks, func(w io.Writer) {
-						for _, t := range toks {
-							state := "active"
-							if t.Revoked {
-								state = "revoked"
-							}
-							scopes := strings.Join(t.Scopes, ",")
-							if scopes == "" {
-								scopes = "-"
-							}
-							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Tenant, scopes, t.Created.Format(time.RFC3339), state)
-						}
-					})
-				}),
-			},
-			{
-				Name: "revoke", Usage: "revoke the token with ID", ArgsUsage: "ID",
-				Flags: []cli.Flag{dataFlag},
-				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
-					return s.RevokeToken(c.Context, c.Args().First())
-				}),
-			},
-		},
-	}
 }
 
 // tokenValueFlag is the --token that no command takes any more (see

@@ -167,6 +167,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.Requests, m.Errors, m.Unauthenticated, m.Latency, m.Revisions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(buildInfo())
 	return m
 }
 
