@@ -68,12 +68,28 @@ func (c *Client) Run(ctx context.Context, id string) (wire.RunDetail, error) {
 
 // ClaimRun makes driver the run's driver (a resume).
 func (c *Client) ClaimRun(ctx context.Context, id, driver string) (core.Run, error) {
+	return c.ClaimRunWith(ctx, id, wire.ClaimRun{Driver: driver})
+}
+
+// ClaimRunWith makes req.Driver the run's driver (a resume), on its
+// lease, with the model it names where it names one.
+func (c *Client) ClaimRunWith(ctx context.Context, id string, req wire.ClaimRun) (core.Run, error) {
 	var out core.Run
 	p, err := runPath(id, "/claim")
 	if err != nil {
 		return out, err
 	}
-	return out, c.Call(ctx, "POST", p, nil, wire.ClaimRun{Driver: driver}, &out)
+	return out, c.Call(ctx, "POST", p, nil, req, &out)
+}
+
+// RenewRun renews driver's lease on the run.
+func (c *Client) RenewRun(ctx context.Context, id, driver string) (core.Run, error) {
+	var out core.Run
+	p, err := runPath(id, "/renew")
+	if err != nil {
+		return out, err
+	}
+	return out, c.Call(ctx, "POST", p, nil, wire.RenewRun{Driver: driver}, &out)
 }
 
 // BeginStep records that step st begins; if it was recorded already, the

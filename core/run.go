@@ -10,17 +10,22 @@ import (
 // RunState is where an agent run is in its life.
 type RunState string
 
-// Run states. Only RunRunning is not final.
+// Run states. RunRunning and RunInterrupted are not final: a resume takes
+// an interrupted run forward.
 const (
-	RunRunning   RunState = "running"   // a driver is (or was, until it died) taking steps
-	RunDone      RunState = "done"      // the model ended the task
-	RunFailed    RunState = "failed"    // a step failed in a way the run cannot go on from
-	RunCancelled RunState = "cancelled" // cancelled by a user
-	RunLimited   RunState = "limited"   // stopped at one of its limits (steps, tokens, cost, time)
+	RunRunning RunState = "running" // a driver takes its steps
+	// RunInterrupted: no driver takes its steps. Its driver stopped (a
+	// signal, or the model could not be reached after its retries) and
+	// said so, or it renewed its lease no more (it died).
+	RunInterrupted RunState = "interrupted"
+	RunDone        RunState = "done"      // the model ended the task
+	RunFailed      RunState = "failed"    // a step failed in a way the run cannot go on from
+	RunCancelled   RunState = "cancelled" // cancelled by a user
+	RunLimited     RunState = "limited"   // stopped at one of its limits (steps, tokens, cost, time)
 )
 
 // Final reports whether a run in state s takes no more steps.
-func (s RunState) Final() bool { return s != RunRunning && s != "" }
+func (s RunState) Final() bool { return s != RunRunning && s != RunInterrupted && s != "" }
 
 // RunLimits bound one agent run; zero means no limit.
 type RunLimits struct {
@@ -33,30 +38,38 @@ type RunLimits struct {
 // Run is one agent task: a sequence of steps (model turns and tool calls)
 // that computerd records as the client that drives the model takes them.
 type Run struct {
-	ID       string    `json:"id"`
-	Tenant   string    `json:"tenant"`
-	WS       int64     `json:"ws"`
-	WSName   string    `json:"workspace"`
-	Task     string    `json:"task"`
-	Provider string    `json:"provider,omitempty"`
-	Model    string    `json:"model,omitempty"`
-	Skill    string    `json:"skill,omitempty"` // the skill the run follows, if any
-	Limits   RunLimits `json:"limits,omitzero"`
-	State    RunState  `json:"state"`
-	Error    string    `json:"error,omitempty"`
-	Created  time.Time `json:"created"`
-	Ended    time.Time `json:"ended,omitzero"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	WS       int64  `json:"ws"`
+	WSName   string `json:"workspace"`
+	Task     string `json:"task"`
+	Provider string `json:"provider,omitempty"`
+	Model    string `json:"model,omitempty"`
+	// BaseURL is the model server's API root ("" for the provider's
+	// own), so that a resume reaches the same server. Never a key.
+	BaseURL string    `json:"base_url,omitempty"`
+	Skill   string    `json:"skill,omitempty"` // the skill the run follows, if any
+	Limits  RunLimits `json:"limits,omitzero"`
+	State   RunState  `json:"state"`
+	Error   string    `json:"error,omitempty"`
+	Created time.Time `json:"created"`
+	Ended   time.Time `json:"ended,omitzero"`
 	// BaseRev is the workspace's head when the run began, so its report
 	// can diff the run's whole change.
 	BaseRev int64 `json:"base_rev"`
 	// Driver names the client taking the run's steps; a resume takes the
 	// run over with a new one, and the old driver's next step is refused.
-	Driver       string  `json:"driver,omitempty"`
-	Cancel       bool    `json:"cancel,omitempty"` // a cancel was asked for
-	Steps        int     `json:"steps"`            // steps recorded so far
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	Cost         float64 `json:"cost"`
+	Driver string `json:"driver,omitempty"`
+	// Lease is how long the driver's claim lasts without a renewal (a Go
+	// duration; "" for none), Renewed when it was last renewed: a running
+	// run whose lease ran out reads as interrupted.
+	Lease        string    `json:"lease,omitempty"`
+	Renewed      time.Time `json:"renewed,omitzero"`
+	Cancel       bool      `json:"cancel,omitempty"` // a cancel was asked for
+	Steps        int       `json:"steps"`            // steps recorded so far
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+	Cost         float64   `json:"cost"`
 }
 
 // NewRunID returns a fresh run id.

@@ -16,7 +16,12 @@ import (
 // the model begins each step before it starts and ends it when it is over,
 // so that a resumed run replays every finished step instead of taking it
 // again. One client drives a run at a time (its driver id); a resume takes
-// the run over, and the old driver's next step is refused.
+// the run over, and the old driver's next step is refused. A driver holds
+// its run on a lease: each step it records renews it, and so does
+// RenewRun between steps (a long model answer or command); a running run
+// whose lease ran out reads as interrupted (its driver died), as does one
+// whose driver said it stopped (EndRun with RunInterrupted). Either is
+// taken forward by the next ClaimRun.
 
 // MaxMemoryLen and MaxSkillLen bound what a tenant keeps for every run.
 const (
@@ -24,35 +29,78 @@ const (
 	MaxSkillLen  = 64 << 10
 )
 
-const runCols = `r.id, r.tenant, r.ws, w.name, r.task, r.provider, r.model, r.skill, r.max_steps, r.max_tokens, r.max_cost, r.timeout,
-	r.state, r.error, r.created_ns, r.ended_ns, r.base_rev, r.driver, r.cancel, r.steps, r.input_tokens, r.output_tokens, r.cost`
+// Bounds of what a driver records about its run.
+const (
+	MaxRunBaseURL = 2 << 10
+	MinRunLease   = time.Second
+	MaxRunLease   = time.Hour
+)
+
+const runCols = `r.id, r.tenant, r.ws, w.name, r.task, r.provider, r.model, r.base_url, r.skill, r.max_steps, r.max_tokens, r.max_cost, r.timeout,
+	r.state, r.error, r.created_ns, r.ended_ns, r.base_rev, r.driver, r.lease_ns, r.renewed_ns, r.cancel, r.steps, r.input_tokens, r.output_tokens, r.cost`
 
 const runFrom = ` FROM runs r JOIN workspaces w ON w.id = r.ws`
 
-func scanRun(row interface{ Scan(...any) error }) (core.Run, error) {
+// scanRun reads a run; a running run whose lease ran out before now
+// reads as interrupted.
+func scanRun(row interface{ Scan(...any) error }, now time.Time) (core.Run, error) {
 	var r core.Run
 	var state string
-	var created, ended int64
-	err := row.Scan(&r.ID, &r.Tenant, &r.WS, &r.WSName, &r.Task, &r.Provider, &r.Model, &r.Skill,
+	var created, ended, lease, renewed int64
+	err := row.Scan(&r.ID, &r.Tenant, &r.WS, &r.WSName, &r.Task, &r.Provider, &r.Model, &r.BaseURL, &r.Skill,
 		&r.Limits.MaxSteps, &r.Limits.MaxTokens, &r.Limits.MaxCost, &r.Limits.Timeout,
-		&state, &r.Error, &created, &ended, &r.BaseRev, &r.Driver, &r.Cancel, &r.Steps, &r.InputTokens, &r.OutputTokens, &r.Cost)
+		&state, &r.Error, &created, &ended, &r.BaseRev, &r.Driver, &lease, &renewed, &r.Cancel, &r.Steps, &r.InputTokens, &r.OutputTokens, &r.Cost)
 	r.State, r.Created = core.RunState(state), time.Unix(0, created)
 	if ended != 0 {
 		r.Ended = time.Unix(0, ended)
 	}
+	if lease > 0 {
+		r.Lease, r.Renewed = time.Duration(lease).String(), time.Unix(0, renewed)
+		if r.State == core.RunRunning && now.UnixNano()-renewed > lease {
+			r.State = core.RunInterrupted
+			if r.Error == "" {
+				r.Error = fmt.Sprintf("its driver stopped: its lease of %s ran out at %s", r.Lease, r.Renewed.Add(time.Duration(lease)).UTC().Format(time.RFC3339))
+			}
+		}
+	}
 	return r, err
 }
 
+// parseLease reads a lease a driver asks for: a Go duration from
+// MinRunLease to MaxRunLease, or "" for none.
+func parseLease(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < MinRunLease || d > MaxRunLease {
+		return 0, fmt.Errorf("lease %q: want a duration from %s to %s: %w", v, MinRunLease, MaxRunLease, core.ErrInvalidArgument)
+	}
+	return d, nil
+}
+
+// checkBaseURL checks a model server's address a run records.
+func checkBaseURL(u string) error {
+	if len(u) > MaxRunBaseURL {
+		return fmt.Errorf("base URL of %d bytes: at most %d: %w", len(u), MaxRunBaseURL, core.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // CreateRun records a new run of r.Task on workspace r.WS, based on its
-// head, driven by r.Driver.
+// head, driven by r.Driver on a lease of r.Lease ("": none).
 func (s *Store) CreateRun(ctx context.Context, r core.Run) (core.Run, error) {
 	if strings.TrimSpace(r.Task) == "" {
 		return core.Run{}, fmt.Errorf("run: empty task: %w", core.ErrInvalidArgument)
 	}
+	lease, err := parseLease(r.Lease)
+	if err = errors.Join(err, checkBaseURL(r.BaseURL)); err != nil {
+		return core.Run{}, err
+	}
 	if r.ID == "" {
 		r.ID = core.NewRunID()
 	}
-	err := s.write(ctx, func() (err error) {
+	err = s.write(ctx, func() (err error) {
 		w, err := s.liveWorkspace(ctx, s.wconn, r.WS)
 		if err != nil {
 			return err
@@ -66,10 +114,11 @@ func (s *Store) CreateRun(ctx context.Context, r core.Run) (core.Run, error) {
 				err = s.checkTotal(ctx, w.Tenant, before)
 			}
 		}()
-		_, err = s.wconn.ExecContext(ctx, `INSERT INTO runs(id, tenant, ws, task, provider, model, skill, max_steps, max_tokens, max_cost, timeout,
-			state, created_ns, base_rev, driver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, w.Tenant, w.ID, r.Task, r.Provider, r.Model, r.Skill, r.Limits.MaxSteps, r.Limits.MaxTokens, r.Limits.MaxCost, r.Limits.Timeout,
-			string(core.RunRunning), s.Now().UnixNano(), w.Head, r.Driver)
+		now := s.Now().UnixNano()
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO runs(id, tenant, ws, task, provider, model, base_url, skill, max_steps, max_tokens, max_cost, timeout,
+			state, created_ns, base_rev, driver, lease_ns, renewed_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.ID, w.Tenant, w.ID, r.Task, r.Provider, r.Model, r.BaseURL, r.Skill, r.Limits.MaxSteps, r.Limits.MaxTokens, r.Limits.MaxCost, r.Limits.Timeout,
+			string(core.RunRunning), now, w.Head, r.Driver, int64(lease), now)
 		return wrapDB("record run", err)
 	})
 	if err != nil {
@@ -84,7 +133,7 @@ func (s *Store) Run(ctx context.Context, id string) (core.Run, error) {
 }
 
 func (s *Store) runOn(ctx context.Context, q rowQuerier, id string) (core.Run, error) {
-	r, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.id = ?`, id))
+	r, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.id = ?`, id), s.Now())
 	if errors.Is(err, sql.ErrNoRows) {
 		return core.Run{}, fmt.Errorf("run %s: %w", id, core.ErrNotFound)
 	}
@@ -96,6 +145,7 @@ func (s *Store) Runs(ctx context.Context, tenant string, ws int64, limit int) ([
 	if limit <= 0 {
 		limit = -1
 	}
+	now := s.Now()
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.ws = ? AND r.tenant = ? ORDER BY r.created_ns DESC, r.id LIMIT ?`, ws, tenant, limit)
 	if err != nil {
 		return nil, wrapDB("list runs", err)
@@ -103,7 +153,7 @@ func (s *Store) Runs(ctx context.Context, tenant string, ws int64, limit int) ([
 	defer rows.Close()
 	out := []core.Run{}
 	for rows.Next() {
-		r, err := scanRun(rows)
+		r, err := scanRun(rows, now)
 		if err != nil {
 			return nil, wrapDB("list runs", err)
 		}
@@ -112,13 +162,32 @@ func (s *Store) Runs(ctx context.Context, tenant string, ws int64, limit int) ([
 	return out, wrapDB("list runs", rows.Err())
 }
 
-// ClaimRun makes driver the run's only driver, taking it over from
-// whichever client drove it before (a resume after that client died).
+// RunClaim is what a driver taking a run over asks for: its id, its
+// lease ("": none), and the model it goes on with where that differs
+// from the recorded one (empty fields keep what the run records).
+type RunClaim struct {
+	Driver, Lease            string
+	Provider, Model, BaseURL string
+}
+
+// ClaimRun makes driver the run's only driver, on no lease, with the
+// recorded model: ClaimRunWith.
 func (s *Store) ClaimRun(ctx context.Context, id, driver string) (core.Run, error) {
-	if driver == "" {
+	return s.ClaimRunWith(ctx, id, RunClaim{Driver: driver})
+}
+
+// ClaimRunWith makes c.Driver the run's only driver, taking it over from
+// whichever client drove it before (a resume after that client died or
+// stopped): the run is running again, on c's lease, with c's model.
+func (s *Store) ClaimRunWith(ctx context.Context, id string, c RunClaim) (core.Run, error) {
+	if c.Driver == "" {
 		return core.Run{}, fmt.Errorf("claim run %s: no driver: %w", id, core.ErrInvalidArgument)
 	}
-	err := s.write(ctx, func() error {
+	lease, err := parseLease(c.Lease)
+	if err = errors.Join(err, checkBaseURL(c.BaseURL)); err != nil {
+		return core.Run{}, err
+	}
+	err = s.write(ctx, func() (err error) {
 		r, err := s.runOn(ctx, s.wconn, id)
 		if err != nil {
 			return err
@@ -126,13 +195,44 @@ func (s *Store) ClaimRun(ctx context.Context, id, driver string) (core.Run, erro
 		if r.State.Final() {
 			return fmt.Errorf("run %s is %s: %w", id, r.State, core.ErrInvalidArgument)
 		}
-		_, err = s.wconn.ExecContext(ctx, `UPDATE runs SET driver = ? WHERE id = ?`, driver, id)
+		before, err := s.storedTotal(ctx, r.Tenant)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				err = s.checkTotal(ctx, r.Tenant, before)
+			}
+		}()
+		_, err = s.wconn.ExecContext(ctx, `UPDATE runs SET driver = ?, state = ?, error = '', lease_ns = ?, renewed_ns = ?,
+			provider = coalesce(nullif(?, ''), provider), model = coalesce(nullif(?, ''), model), base_url = coalesce(nullif(?, ''), base_url)
+			WHERE id = ?`, c.Driver, string(core.RunRunning), int64(lease), s.Now().UnixNano(), c.Provider, c.Model, c.BaseURL, id)
 		return wrapDB("claim run", err)
 	})
 	if err != nil {
 		return core.Run{}, err
 	}
 	return s.Run(ctx, id)
+}
+
+// RenewRun renews driver's lease on its run, which must be driven by it.
+func (s *Store) RenewRun(ctx context.Context, id, driver string) (core.Run, error) {
+	err := s.write(ctx, func() error {
+		if _, err := s.drivenRun(ctx, id, driver); err != nil {
+			return err
+		}
+		return s.renew(ctx, id)
+	})
+	if err != nil {
+		return core.Run{}, err
+	}
+	return s.Run(ctx, id)
+}
+
+// renew marks the run's lease renewed now, inside a write.
+func (s *Store) renew(ctx context.Context, id string) error {
+	_, err := s.wconn.ExecContext(ctx, `UPDATE runs SET renewed_ns = ? WHERE id = ?`, s.Now().UnixNano(), id)
+	return wrapDB("renew run", err)
 }
 
 // drivenRun reads a run inside a write and checks that driver drives it
@@ -253,7 +353,7 @@ func (s *Store) BeginStep(ctx context.Context, driver string, st core.Step) (rec
 		}()
 		if old, err := s.stepOn(ctx, s.wconn, st.Run, st.Seq); err == nil {
 			rec = old
-			return nil
+			return s.renew(ctx, st.Run)
 		} else if !errors.Is(err, core.ErrNotFound) {
 			return err
 		}
@@ -265,7 +365,7 @@ func (s *Store) BeginStep(ctx context.Context, driver string, st core.Step) (rec
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, st.Run, st.Seq, string(st.Kind), string(core.StepStarted), st.Tool, st.CallID, string(st.Args), now); err != nil {
 			return wrapDB("record step", err)
 		}
-		if _, err := s.wconn.ExecContext(ctx, `UPDATE runs SET steps = ? WHERE id = ?`, st.Seq, st.Run); err != nil {
+		if _, err := s.wconn.ExecContext(ctx, `UPDATE runs SET steps = ?, renewed_ns = ? WHERE id = ?`, st.Seq, s.Now().UnixNano(), st.Run); err != nil {
 			return wrapDB("record step", err)
 		}
 		rec, err = s.stepOn(ctx, s.wconn, st.Run, st.Seq)
@@ -303,7 +403,7 @@ func (s *Store) EndStep(ctx context.Context, driver string, st core.Step) (core.
 		}
 		if old.State == core.StepDone {
 			rec = old
-			return nil
+			return s.renew(ctx, st.Run)
 		}
 		var exit any
 		if st.ExitCode != nil {
@@ -315,8 +415,8 @@ func (s *Store) EndStep(ctx context.Context, driver string, st core.Step) (core.
 			st.InputTokens, st.OutputTokens, st.Cost, s.Now().UnixNano(), st.Run, st.Seq); err != nil {
 			return wrapDB("end step", err)
 		}
-		if _, err := s.wconn.ExecContext(ctx, `UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, cost = cost + ? WHERE id = ?`,
-			st.InputTokens, st.OutputTokens, st.Cost, st.Run); err != nil {
+		if _, err := s.wconn.ExecContext(ctx, `UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, cost = cost + ?, renewed_ns = ? WHERE id = ?`,
+			st.InputTokens, st.OutputTokens, st.Cost, s.Now().UnixNano(), st.Run); err != nil {
 			return wrapDB("end step", err)
 		}
 		rec, err = s.stepOn(ctx, s.wconn, st.Run, st.Seq)
@@ -343,18 +443,24 @@ func (s *Store) Steps(ctx context.Context, run string, after int) ([]core.Step, 
 	return out, wrapDB("list steps", rows.Err())
 }
 
-// EndRun records that driver's run ended in state (a final one).
+// EndRun records that driver's run ended in state (a final one), or
+// that its driver stopped short of the end (RunInterrupted: a resume
+// takes it forward).
 func (s *Store) EndRun(ctx context.Context, id, driver string, state core.RunState, msg string) (core.Run, error) {
 	switch state {
-	case core.RunDone, core.RunFailed, core.RunCancelled, core.RunLimited:
+	case core.RunDone, core.RunFailed, core.RunCancelled, core.RunLimited, core.RunInterrupted:
 	default:
-		return core.Run{}, fmt.Errorf("end run in state %q: want done, failed, cancelled or limited: %w", state, core.ErrInvalidArgument)
+		return core.Run{}, fmt.Errorf("end run in state %q: want done, failed, cancelled, limited or interrupted: %w", state, core.ErrInvalidArgument)
 	}
 	err := s.write(ctx, func() error {
 		if _, err := s.drivenRun(ctx, id, driver); err != nil {
 			return err
 		}
-		_, err := s.wconn.ExecContext(ctx, `UPDATE runs SET state = ?, error = ?, ended_ns = ? WHERE id = ?`, string(state), msg, s.Now().UnixNano(), id)
+		var ended int64
+		if state.Final() {
+			ended = s.Now().UnixNano()
+		}
+		_, err := s.wconn.ExecContext(ctx, `UPDATE runs SET state = ?, error = ?, ended_ns = ? WHERE id = ?`, string(state), msg, ended, id)
 		return wrapDB("end run", err)
 	})
 	if err != nil {
@@ -364,18 +470,24 @@ func (s *Store) EndRun(ctx context.Context, id, driver string, state core.RunSta
 }
 
 // CancelRun asks a run to stop: its driver sees Cancel before its next step
-// and ends the run as cancelled. (A run whose driver died is ended by
-// whoever claims it next.) Cancelling a finished run changes nothing.
+// and ends the run as cancelled. An interrupted run, which no driver
+// takes forward, is cancelled at once. Cancelling a finished run changes
+// nothing.
 func (s *Store) CancelRun(ctx context.Context, id string) (core.Run, error) {
 	err := s.write(ctx, func() error {
 		r, err := s.runOn(ctx, s.wconn, id)
 		if err != nil {
 			return err
 		}
-		if r.State.Final() {
+		switch {
+		case r.State.Final():
 			return nil
+		case r.State == core.RunInterrupted:
+			_, err = s.wconn.ExecContext(ctx, `UPDATE runs SET cancel = 1, state = ?, error = 'cancelled while interrupted', ended_ns = ? WHERE id = ?`,
+				string(core.RunCancelled), s.Now().UnixNano(), id)
+		default:
+			_, err = s.wconn.ExecContext(ctx, `UPDATE runs SET cancel = 1 WHERE id = ?`, id)
 		}
-		_, err = s.wconn.ExecContext(ctx, `UPDATE runs SET cancel = 1 WHERE id = ?`, id)
 		return wrapDB("cancel run", err)
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"computerd/core"
+	"computerd/fsstore"
 	"computerd/wire"
 )
 
@@ -22,6 +23,7 @@ func (s *Server) runRoutes() []route {
 		{"GET /v1/workspaces/{ws}/runs", s.listRuns},
 		{"GET /v1/runs/{id}", s.getRun},
 		{"POST /v1/runs/{id}/claim", s.claimRun},
+		{"POST /v1/runs/{id}/renew", s.renewRun},
 		{"GET /v1/runs/{id}/steps", s.runSteps},
 		{"POST /v1/runs/{id}/steps", s.beginStep},
 		{"PUT /v1/runs/{id}/steps/{seq}", s.endStep},
@@ -68,7 +70,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("limits must not be negative")
 	}
 	run, err := s.Store.CreateRun(r.Context(), core.Run{WS: ws.ID, Task: req.Task, Provider: req.Provider, Model: req.Model,
-		Skill: req.Skill, Limits: req.Limits, Driver: req.Driver})
+		BaseURL: req.BaseURL, Skill: req.Skill, Limits: req.Limits, Driver: req.Driver, Lease: req.Lease})
 	if err != nil {
 		return err
 	}
@@ -111,7 +113,23 @@ func (s *Server) claimRun(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.runOf(r); err != nil {
 		return err
 	}
-	run, err := s.Store.ClaimRun(r.Context(), r.PathValue("id"), req.Driver)
+	run, err := s.Store.ClaimRunWith(r.Context(), r.PathValue("id"), fsstore.RunClaim{Driver: req.Driver, Lease: req.Lease,
+		Provider: req.Provider, Model: req.Model, BaseURL: req.BaseURL})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+func (s *Server) renewRun(w http.ResponseWriter, r *http.Request) error {
+	var req wire.RenewRun
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if _, err := s.runOf(r); err != nil {
+		return err
+	}
+	run, err := s.Store.RenewRun(r.Context(), r.PathValue("id"), req.Driver)
 	if err != nil {
 		return err
 	}
@@ -120,7 +138,7 @@ func (s *Server) claimRun(w http.ResponseWriter, r *http.Request) error {
 
 // runSteps answers a run's steps after ?after= as NDJSON. With ?follow=1
 // it goes on: each step is sent when it begins and again when it ends, in
-// order, until the run ends.
+// order, until the run ends or is interrupted (no driver takes it on).
 func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.runOf(r)
 	if err != nil {
@@ -146,7 +164,7 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request) error {
 		if run, err = s.Store.Run(r.Context(), run.ID); err != nil {
 			return err
 		}
-		final := run.State.Final()
+		final := run.State.Final() || run.State == core.RunInterrupted
 		steps, err := s.Store.Steps(r.Context(), run.ID, sent)
 		if err != nil {
 			return err
