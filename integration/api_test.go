@@ -51,7 +51,7 @@ func TestWorkspaceCommands(t *testing.T) {
 	e.fails("proj", "already exists", "ws", "create", "proj")
 	e.fails("", "workspace name", "ws", "create", "bad/name")
 	e.fails("proj", "unknown revision", "ws", "fork", "proj", "x", "--rev", "99")
-	e.ok("ws", "rm", "old")
+	e.ok("ws", "rm", "--yes", "old")
 	e.fails("", "not found", "ws", "rm", "old")
 	e.fails("", "not found", "read", "old", "a.txt")
 }
@@ -91,7 +91,7 @@ func TestFileTools(t *testing.T) {
 	if got := e.ok("find", "w", "--name", "src/**/util.go"); got != "src/util/util.go\n" {
 		t.Fatalf("find src/**/util.go: %q", got)
 	}
-	if got := e.ok("find", "w", "src", "--type", "d"); got != "src/util\n" {
+	if got := e.ok("find", "w", "*", "src", "--type", "d"); got != "src/util\n" {
 		t.Fatalf("find -type d: %q", got)
 	}
 

@@ -55,7 +55,7 @@ func TestDeletedWorkspaceReachesNoOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ok("ws", "rm", "w")
+	e.ok("ws", "rm", "--yes", "w")
 	if left := outputLogs(t, e.dir, aliceExec); len(left) != 0 {
 		t.Errorf("output log of a deleted workspace's exec still on disk: %v", left)
 	}
@@ -155,7 +155,7 @@ func TestDeleteWorkspaceWhileExecRuns(t *testing.T) {
 		t.Fatalf("journal: %+v", list)
 	}
 	begin := time.Now()
-	e.ok("ws", "rm", "w")
+	e.ok("ws", "rm", "--yes", "w")
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):

@@ -27,8 +27,13 @@ func attach(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// The bar counts what it can know the total of: a tarball's bytes,
+	// or the bytes of a directory's files (a tar stream's size depends
+	// on the headers its writer chooses for each entry).
+	var bar *progress
+	counted := io.Discard // what the bar counts goes here
+	showBar := c.Bool("progress") || isTerminal(c.App.ErrWriter)
 	var archive io.Reader
-	var total int64 // bytes the progress bar counts towards
 	var files []string
 	switch {
 	case fi.Mode().IsRegular():
@@ -37,7 +42,11 @@ func attach(c *cli.Context) error {
 			return err
 		}
 		defer f.Close()
-		archive, total = f, fi.Size()
+		archive = f
+		if showBar {
+			bar = newProgress(c.App.ErrWriter, "attach", fi.Size())
+			archive = io.TeeReader(f, bar)
+		}
 	case fi.IsDir():
 		if isGitWorkTree(src) && !c.Bool("no-git") {
 			if files, err = gitFiles(c.Context, src); err != nil {
@@ -46,20 +55,20 @@ func attach(c *cli.Context) error {
 		} else if files, err = dirFiles(src); err != nil {
 			return err
 		}
-		if total, err = sizeOf(src, files); err != nil {
-			return err
+		if showBar {
+			total, err := contentSize(src, files)
+			if err != nil {
+				return err
+			}
+			bar = newProgress(c.App.ErrWriter, "attach", total)
+			counted = bar
 		}
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(writeTar(pw, src, files)) }()
+		go func() { pw.CloseWithError(writeTar(pw, src, files, counted)) }()
 		defer pr.Close()
 		archive = pr
 	default:
 		return fmt.Errorf("attach %s: not a directory or a tarball", src)
-	}
-	var bar *progress
-	if c.Bool("progress") || isTerminal(c.App.ErrWriter) {
-		bar = newProgress(c.App.ErrWriter, "attach", total)
-		archive = io.TeeReader(archive, bar)
 	}
 	res, err := clientOf(c).Attach(c.Context, ws, archive, client.AttachOptions{Into: c.String("into"), Merge: c.Bool("merge")})
 	bar.done()
@@ -124,26 +133,26 @@ func dirFiles(dir string) ([]string, error) {
 	return files, err
 }
 
-// sizeOf estimates the size of the tar stream of files: a header block per
-// entry plus each regular file's bytes rounded up to whole blocks.
-func sizeOf(dir string, files []string) (int64, error) {
-	n := int64(1024) // the end-of-archive blocks
+// contentSize is the bytes of the regular files among files (relative
+// to dir): what writeTar copies into the stream besides headers.
+func contentSize(dir string, files []string) (int64, error) {
+	var n int64
 	for _, f := range files {
 		fi, err := os.Lstat(filepath.Join(dir, f))
 		if err != nil {
 			return 0, err
 		}
-		n += 512
 		if fi.Mode().IsRegular() {
-			n += (fi.Size() + 511) &^ 511
+			n += fi.Size()
 		}
 	}
 	return n, nil
 }
 
-// writeTar writes files (relative to dir) as a tar stream; parent
-// directories not listed are created by the server.
-func writeTar(w io.Writer, dir string, files []string) error {
+// writeTar writes files (relative to dir) as a tar stream, and the bytes
+// of the files' contents to counted as they are read; parent directories
+// not listed are created by the server.
+func writeTar(w io.Writer, dir string, files []string, counted io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	tw := tar.NewWriter(bw)
 	for _, name := range files {
@@ -179,7 +188,7 @@ func writeTar(w io.Writer, dir string, files []string) error {
 			if err != nil {
 				return err
 			}
-			_, err = io.CopyN(tw, f, hdr.Size)
+			_, err = io.CopyN(tw, io.TeeReader(f, counted), hdr.Size)
 			f.Close()
 			if err != nil {
 				return fmt.Errorf("read %s: %w", p, err)
@@ -196,6 +205,10 @@ func writeTar(w io.Writer, dir string, files []string) error {
 func export(c *cli.Context) error {
 	if jsonOn(c) && c.String("output") == "" {
 		return fmt.Errorf("export --json needs --output FILE: the archive goes there and a summary to stdout")
+	}
+	if c.String("output") == "" && isTerminal(c.App.Writer) {
+		return &usageError{"export writes a tar archive and stdout is a terminal: redirect it (agentctl export " +
+			c.Args().First() + " > archive.tar) or give --output FILE"}
 	}
 	body, err := clientOf(c).Export(c.Context, c.Args().First(), client.ExportOptions{
 		Rev: c.Int64("rev"), Path: c.String("path"), Gzip: c.Bool("gzip"),
@@ -224,16 +237,6 @@ func export(c *cli.Context) error {
 		return err
 	}
 	return output(c, map[string]any{"output": c.String("output"), "bytes": n}, nil)
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // progress draws a one-line progress bar, at most ten times a second.

@@ -11,6 +11,8 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -22,6 +24,8 @@ import (
 
 	"computerd/client"
 	"computerd/core"
+	"computerd/internal/clihelp"
+	"computerd/internal/version"
 	"computerd/wire"
 )
 
@@ -70,27 +74,29 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 type runState struct {
 	json   bool
 	client *client.Client
+	args   []string // as given (status tells where a setting came from)
 }
 
 type runStateKey struct{}
 
 func run(ctx context.Context, args []string, stdio IO) (asJSON bool, err error) {
 	cmds := commands()
-	st := &runState{json: jsonArg(args)}
+	explain(cmds)
+	if len(args) > 1 && args[len(args)-1] == completeFlag {
+		return false, complete(ctx, cmds, args[1:len(args)-1], stdio.Stdout)
+	}
+	st := &runState{json: jsonArg(args), args: args}
 	app := &cli.App{
-		Name:                 "agentctl",
-		Usage:                "drive computerd workspaces: files, revisions, exec, agent runs, MCP",
-		Reader:               stdio.Stdin,
-		Writer:               stdio.Stdout,
-		ErrWriter:            stdio.Stderr,
-		EnableBashCompletion: true,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "server", Usage: "computerd URL", Value: DefaultServer, EnvVars: []string{"COMPUTER_URL"}},
-			&cli.StringFlag{Name: "token-file", Usage: "a file holding the bearer token (default: $" + wire.TokenEnv + ")", EnvVars: []string{"COMPUTER_TOKEN_FILE"}},
-			&cli.StringFlag{Name: "ca", Usage: "the certificate authorities to trust for an https server (PEM; default: the system's)", EnvVars: []string{"COMPUTER_CA"}},
-			&cli.StringFlag{Name: "token", Hidden: true}, // refused: see wire.ErrTokenOnCommandLine
-			jsonFlag,
-		},
+		Name:                  "agentctl",
+		Usage:                 "drive computerd workspaces: files, revisions, exec, agent runs, MCP",
+		Version:               version.String(),
+		Reader:                stdio.Stdin,
+		Writer:                stdio.Stdout,
+		ErrWriter:             stdio.Stderr,
+		EnableBashCompletion:  true,
+		CustomAppHelpTemplate: clihelp.AppTemplate(appExamples),
+		OnUsageError:          onUsageError,
+		Flags:                 appFlags(),
 		Before: func(c *cli.Context) (err error) {
 			st.client, err = newClient(c)
 			return err
@@ -99,7 +105,26 @@ func run(ctx context.Context, args []string, stdio IO) (asJSON bool, err error) 
 		ExitErrHandler: func(*cli.Context, error) {}, // errors go back to the caller
 	}
 	err = app.RunContext(context.WithValue(ctx, runStateKey{}, st), flagsFirst(cmds, args))
+	var ue *client.UnreachableError
+	if errors.As(err, &ue) {
+		from := "it is agentctl's default; --server URL or COMPUTER_URL names another"
+		if src := serverFrom(args); src != "" {
+			from = "it came from " + src
+		}
+		err = fmt.Errorf("%w (%s)", err, from)
+	}
 	return st.json, err
+}
+
+// appFlags are agentctl's global flags: before the command (--json also after it).
+func appFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "server", Usage: "computerd URL", Value: DefaultServer, EnvVars: []string{"COMPUTER_URL"}},
+		&cli.StringFlag{Name: "token-file", Usage: "a file holding the bearer token (default: $" + wire.TokenEnv + ")", EnvVars: []string{"COMPUTER_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "ca", Usage: "the certificate authorities to trust for an https server (PEM; default: the system's)", EnvVars: []string{"COMPUTER_CA"}},
+		&cli.StringFlag{Name: "token", Hidden: true}, // refused: see wire.ErrTokenOnCommandLine
+		jsonFlag,
+	}
 }
 
 // jsonArg guesses --json from the raw arguments, for a failure before
@@ -178,7 +203,7 @@ func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, 
 				st.json = jsonOn(c)
 			}
 			if c.NArg() < minArgs || (maxArgs >= 0 && c.NArg() > maxArgs) {
-				return &usageError{fmt.Sprintf("usage: agentctl %s %s", c.Command.FullName(), args)}
+				return &usageError{fmt.Sprintf("usage: %s %s", clihelp.CommandPath(c), args)}
 			}
 			return action(c)
 		},
@@ -196,8 +221,9 @@ func fileCommands() []*cli.Command {
 			Subcommands: []*cli.Command{
 				cmd("create", "make an empty workspace", "NAME", 1, 1, wsCreate),
 				cmd("ls", "list workspaces", "", 0, 0, wsList),
-				cmd("rm", "remove a workspace and its history", "NAME", 1, 1, wsRemove),
-				cmd("fork", "make NEW a copy of SRC (metadata only)", "SRC NEW", 2, 2, wsFork, revFlag),
+				cmd("rm", "remove a workspace and its history (asks first at a terminal)", "WS", 1, 1, wsRemove,
+					&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "remove without asking (needed where there is no terminal to ask on)"}),
+				cmd("fork", "make NEW a copy of WS (metadata only)", "WS NEW", 2, 2, wsFork, revFlag),
 			},
 		},
 		cmd("attach", "upload a directory, tarball or git work tree as one revision", "WS SRC", 2, 2, attach,
@@ -223,8 +249,8 @@ func fileCommands() []*cli.Command {
 		cmd("ls", "list a directory", "WS [PATH]", 1, 2, list, revFlag,
 			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "mode, size, time"},
 			&cli.BoolFlag{Name: "recursive", Aliases: []string{"R"}, Usage: "the whole subtree"}),
-		cmd("find", "list paths matching a glob", "WS [PATH]", 1, 2, find, revFlag,
-			&cli.StringFlag{Name: "name", Usage: "glob on the name, or on the relative path if it has a '/' (** spans directories)"},
+		cmd("find", "list paths matching a glob (on the name, or on the path below PATH if it has a '/'; ** spans directories)", "WS [PATTERN [PATH]]", 1, 3, find, revFlag,
+			&cli.StringFlag{Name: "name", Usage: "the glob, as a flag: then the argument after WS is PATH"},
 			&cli.StringFlag{Name: "type", Usage: "f (file), d (directory) or l (symlink)"}),
 		cmd("grep", "search file contents with a regular expression", "WS PATTERN [PATH]", 2, 3, grep, revFlag,
 			&cli.BoolFlag{Name: "ignore-case", Aliases: []string{"i"}, Usage: "ignore case"},
@@ -242,7 +268,8 @@ func fileCommands() []*cli.Command {
 			&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Usage: "at most this many"}),
 		cmd("diff", "show changes between revisions (default: the last one)", "WS [R1 [R2]]", 1, 3, diff,
 			&cli.BoolFlag{Name: "stat", Usage: "a summary per file"}),
-		cmd("completion", "print a bash or zsh completion script: source <(agentctl completion bash)", "bash|zsh", 1, 1, completion),
+		cmd("completion", "print a bash or zsh completion script (commands, flags, workspace names): source <(agentctl completion bash)", "bash|zsh", 1, 1, completion),
+		statusCommand(),
 		cmd("restore", "bring back PATH (or everything) as it was at --rev (one revision)", "WS [PATH]", 1, 2, restore,
 			&cli.Int64Flag{Name: "rev", Aliases: []string{"r"}, Usage: "revision to restore from", Required: true}),
 	}
@@ -263,15 +290,54 @@ func newClient(c *cli.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := client.New(c.String("server"), token)
+	server, err := serverURL(c.String("server"))
+	if err != nil {
+		return nil, err
+	}
+	cl := client.New(server, token)
 	cl.HTTP.Transport = tr
 	return cl, nil
 }
 
+// serverFrom says where the server's URL came from in args and the
+// environment: "--server", "COMPUTER_URL", or "" (the default).
+func serverFrom(args []string) string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "server" && strings.HasPrefix(a, "-") {
+			return "--server"
+		}
+	}
+	if _, ok := os.LookupEnv("COMPUTER_URL"); ok {
+		return "COMPUTER_URL"
+	}
+	return ""
+}
+
+// serverURL checks --server (COMPUTER_URL): an http or https URL that
+// names a host. Without its scheme, 127.0.0.1:7777 would read as a path
+// (or localhost:7777 as a URL of scheme "localhost").
+func serverURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return s, nil
+	}
+	like := "http://127.0.0.1:7777"
+	if !strings.Contains(s, "://") && s != "" {
+		like = "http://" + s
+	}
+	return "", &usageError{fmt.Sprintf("server %q (--server or COMPUTER_URL): want an http:// or https:// URL, such as %s", s, like)}
+}
+
 // clientOf is the API client the global flags made.
 func clientOf(c *cli.Context) *client.Client {
-	return c.Context.Value(runStateKey{}).(*runState).client
+	return stateOf(c).client
 }
+
+// stateOf is what the run learnt while it parsed.
+func stateOf(c *cli.Context) *runState { return c.Context.Value(runStateKey{}).(*runState) }
 
 // output prints v as JSON with --json, else the human form.
 func output(c *cli.Context, v any, human func(w io.Writer)) error {
@@ -308,13 +374,23 @@ func wsList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	names := make(map[int64]string, len(list))
+	for _, ws := range list {
+		names[ws.ID] = ws.Name
+	}
 	return output(c, list, func(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tHEAD\tCREATED\tFORKED FROM")
 		for _, ws := range list {
 			from := ""
 			if ws.BaseID != 0 {
-				from = fmt.Sprintf("#%d@%d", ws.BaseID, ws.BaseRev)
+				// WS@REV, as ws fork --rev takes them; a removed origin
+				// has no name left.
+				origin, ok := names[ws.BaseID]
+				if !ok {
+					origin = "(removed)"
+				}
+				from = fmt.Sprintf("%s@%d", origin, ws.BaseRev)
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", ws.Name, ws.Head, ws.Created.Format(time.RFC3339), from)
 		}
@@ -322,9 +398,26 @@ func wsList(c *cli.Context) error {
 	})
 }
 
+// wsRemove removes a workspace and all its history, which nothing
+// brings back: at a terminal it asks first; elsewhere (a script, an
+// agent's tool call) only --yes removes it.
 func wsRemove(c *cli.Context) error {
 	name := c.Args().First()
-	if err := clientOf(c).DeleteWorkspace(c.Context, name); err != nil {
+	cl := clientOf(c)
+	if !c.Bool("yes") {
+		ws, err := cl.Workspace(c.Context, name)
+		if err != nil {
+			return err
+		}
+		what := fmt.Sprintf("workspace %s and all its history (revisions 1 to %d)", name, ws.Head)
+		if !isTerminal(c.App.Reader) {
+			return &usageError{fmt.Sprintf("ws rm removes %s for good: add --yes to remove it (there is no terminal here to ask on)", what)}
+		}
+		if !confirm(c.App.Reader, c.App.ErrWriter, "remove "+what+"?") {
+			return fmt.Errorf("ws rm: %s kept", name)
+		}
+	}
+	if err := cl.DeleteWorkspace(c.Context, name); err != nil {
 		return err
 	}
 	return output(c, map[string]string{"removed": name}, func(w io.Writer) { fmt.Fprintf(w, "removed %s\n", name) })
@@ -455,8 +548,16 @@ func list(c *cli.Context) error {
 
 // find prints the paths found as the server streams them (with --json, as
 // one array once it is whole).
+// find takes its glob as grep takes its pattern, after WS (or as --name,
+// and then the argument after WS is the directory).
 func find(c *cli.Context) error {
-	opt := client.FindOptions{Path: c.Args().Get(1), Name: c.String("name"), Type: c.String("type"), Rev: c.Int64("rev")}
+	opt := client.FindOptions{Name: c.Args().Get(1), Path: c.Args().Get(2), Type: c.String("type"), Rev: c.Int64("rev")}
+	if c.IsSet("name") {
+		if c.NArg() > 2 {
+			return &usageError{"usage: agentctl find WS [PATTERN [PATH]] (or WS [PATH] --name PATTERN)"}
+		}
+		opt.Name, opt.Path = c.String("name"), c.Args().Get(1)
+	}
 	cl, ws := clientOf(c), c.Args().Get(0)
 	if jsonOn(c) {
 		paths, err := cl.Find(c.Context, ws, opt)
@@ -650,31 +751,4 @@ func restore(c *cli.Context) error {
 		return err
 	}
 	return revision(c, rev)
-}
-
-// completion prints a shell function that asks agentctl itself for
-// candidates (urfave/cli's --generate-bash-completion).
-func completion(c *cli.Context) error {
-	switch c.Args().First() {
-	case "bash":
-		fmt.Fprint(c.App.Writer, `_agentctl_complete() {
-	local words=("${COMP_WORDS[@]:0:COMP_CWORD}")
-	local IFS=$'\n'
-	COMPREPLY=($(compgen -W "$("${words[@]}" --generate-bash-completion 2>/dev/null)" -- "${COMP_WORDS[COMP_CWORD]}"))
-}
-complete -o default -F _agentctl_complete agentctl
-`)
-	case "zsh":
-		fmt.Fprint(c.App.Writer, `#compdef agentctl
-_agentctl() {
-	local -a opts
-	opts=("${(@f)$(${words[@]:0:$((CURRENT-1))} --generate-bash-completion 2>/dev/null)}")
-	_describe 'values' opts
-}
-compdef _agentctl agentctl
-`)
-	default:
-		return fmt.Errorf("completion: want bash or zsh")
-	}
-	return nil
 }

@@ -56,7 +56,7 @@ func TestFlagsFirst(t *testing.T) {
 
 func TestCompletionScript(t *testing.T) {
 	out, err := runOut(t, "completion", "bash")
-	if err != nil || !strings.Contains(out, "complete -o default -F _agentctl_complete agentctl") {
+	if err != nil || !strings.Contains(out, "complete -o default -F _agentctl agentctl") {
 		t.Fatalf("completion bash: %v\n%s", err, out)
 	}
 	if _, err := runOut(t, "completion", "fish"); err == nil {
