@@ -506,13 +506,23 @@ func (c *Client) Attach(ctx context.Context, ws string, archive io.Reader, opt A
 // ExecBusyRetries); when ctx ends during that wait, or the retries run
 // out, Exec returns the busy error.
 func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn func(wire.ExecEvent) error) (core.Exec, error) {
-	p, err := wsPath(ws, "/exec")
+	resp, err := c.startExec(ctx, ctx, ws, req)
 	if err != nil {
 		return core.Exec{}, err
 	}
+	return readEvents(resp, fn)
+}
+
+// startExec asks for an exec and returns the answer whose body streams
+// its events, asking again after a busy answer while busyCtx lasts.
+func (c *Client) startExec(ctx, busyCtx context.Context, ws string, req wire.ExecRequest) (*http.Response, error) {
+	p, err := wsPath(ws, "/exec")
+	if err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return core.Exec{}, err
+		return nil, err
 	}
 	retries := c.ExecBusyRetries
 	if retries == 0 {
@@ -521,14 +531,14 @@ func (c *Client) Exec(ctx context.Context, ws string, req wire.ExecRequest, fn f
 	for try := 0; ; try++ {
 		resp, err := c.Do(ctx, wire.Request{Method: "POST", Path: p, Body: bytes.NewReader(b), ContentType: "application/json"})
 		if err == nil {
-			return readEvents(resp, fn)
+			return resp, nil
 		}
 		var we *wire.Error
 		if !errors.As(err, &we) || we.Code != wire.CodeBusy || try >= retries {
-			return core.Exec{}, err
+			return nil, err
 		}
-		if !sleep(ctx, busyWait(we)) {
-			return core.Exec{}, err
+		if !sleep(busyCtx, busyWait(we)) {
+			return nil, err
 		}
 	}
 }

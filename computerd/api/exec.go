@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"computerd/computerd/runner"
 	"computerd/core"
@@ -65,17 +66,31 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Computerd-Exec-Id", rec.ID)
-	return s.streamEvents(w, r, rec.ID)
+	return s.streamEvents(w, r, rec.ID, 0)
 }
 
-// streamEvents writes an exec's events as NDJSON, flushing each.
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string) error {
+// streamEvents writes an exec's events as NDJSON, flushing each, leaving
+// out the first offset bytes of its output. The header goes at once, so
+// a client learns the exec's id before the command prints anything.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string, offset int64) error {
 	run, err := s.runner()
 	if err != nil {
 		return err
 	}
 	out := startLines(w)
+	if err := out.flush(); err != nil {
+		return nil // the client left; the exec goes on
+	}
 	err = run.Follow(r.Context(), id, func(ev runner.Event) error {
+		if ev.Type == "output" && offset > 0 {
+			b := ev.Bytes()
+			if int64(len(b)) <= offset {
+				offset -= int64(len(b))
+				return nil
+			}
+			ev = outputFrom(ev, b[offset:])
+			offset = 0
+		}
 		if ev.Exec != nil {
 			rec := s.tenantExec(*ev.Exec)
 			ev.Exec = &rec
@@ -139,12 +154,19 @@ func (s *Server) tenantExec(e core.Exec) core.Exec {
 	return e
 }
 
+// execEvents streams an exec's events; ?offset=N leaves out the first N
+// bytes of its output (both streams, in order), so that a client that
+// read that much goes on from there.
 func (s *Server) execEvents(w http.ResponseWriter, r *http.Request) error {
+	offset, err := intParam(r, "offset", 0)
+	if err != nil {
+		return err
+	}
 	rec, err := s.execOf(r)
 	if err != nil {
 		return err
 	}
-	return s.streamEvents(w, r, rec.ID)
+	return s.streamEvents(w, r, rec.ID, offset)
 }
 
 func (s *Server) killExec(w http.ResponseWriter, r *http.Request) error {
@@ -164,4 +186,16 @@ func (s *Server) killExec(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// outputFrom is output event ev holding only data, the tail of its bytes
+// (base64 if the cut left them no whole UTF-8).
+func outputFrom(ev runner.Event, data []byte) runner.Event {
+	ev.Data, ev.Data64 = "", nil
+	if utf8.Valid(data) {
+		ev.Data = string(data)
+	} else {
+		ev.Data64 = data
+	}
+	return ev
 }
