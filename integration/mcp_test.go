@@ -21,8 +21,8 @@ import (
 	"computerd/tools"
 )
 
-// mcpTools is the MCP list of package tools, the agent's nine first.
-var mcpTools = []string{"read", "write", "edit", "ls", "find", "grep", "exec", "log", "diff", "fork", "restore", "execs", "exec_show"}
+// mcpTools is the MCP list of package tools, the agent's ten first.
+var mcpTools = []string{"read", "write", "edit", "ls", "find", "grep", "exec", "exec_wait", "log", "diff", "fork", "restore", "execs", "exec_show"}
 
 // progressLog collects the progress notifications a client receives.
 type progressLog struct {
@@ -365,13 +365,13 @@ func TestMCPAuth(t *testing.T) {
 	}
 }
 
-// TestMCPAgentToolsUnchanged checks that the agent's set stays its nine.
+// TestMCPAgentToolsUnchanged checks that the agent's set stays its ten.
 func TestMCPAgentToolsUnchanged(t *testing.T) {
 	var names []string
 	for _, tool := range (&tools.Set{}).Tools() {
 		names = append(names, tool.Name)
 	}
-	if want := mcpTools[:9]; !slices.Equal(names, want) {
+	if want := mcpTools[:10]; !slices.Equal(names, want) {
 		t.Fatalf("agent tools %v, want %v", names, want)
 	}
 }
@@ -421,7 +421,7 @@ func TestMCPShutdown(t *testing.T) {
 }
 
 // TestMCPExecCancelled checks that a cancelled exec call ends only the
-// wait: the command runs on, and exec_show with wait follows it to its end.
+// wait: the command runs on, and exec_wait follows it to its end.
 func TestMCPExecCancelled(t *testing.T) {
 	needExec(t)
 	e := start(t, api.Limits{})
@@ -434,9 +434,9 @@ func TestMCPExecCancelled(t *testing.T) {
 	}
 	text, _ := call(t, cs, "execs", nil)
 	id, _, _ := strings.Cut(text, "\t")
-	text, res := call(t, cs, "exec_show", map[string]any{"id": id, "wait": true})
+	text, res := call(t, cs, "exec_wait", map[string]any{"id": id})
 	if res.IsError || !strings.Contains(text, "finished\n") || !strings.Contains(text, "[exit 0; its writes are revision 2]") {
-		t.Fatalf("exec_show %s after the cancelled call: %q (error %v)", id, text, res.IsError)
+		t.Fatalf("exec_wait %s after the cancelled call: %q (error %v)", id, text, res.IsError)
 	}
 	if got := e.tree("w")["f"]; got != "on\n" {
 		t.Fatalf("f = %q, want the cancelled call's command to have run", got)

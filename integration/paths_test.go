@@ -33,7 +33,7 @@ func TestMCPRefusesDotSegments(t *testing.T) {
 				{"exec_show", map[string]any{"id": "%2e%2e"}},
 				{"exec_show", map[string]any{"id": "../../../workspaces"}},
 				{"exec_show", map[string]any{"id": "a%2Fb"}},
-				{"exec_show", map[string]any{"id": "..", "wait": true}},
+				{"exec_wait", map[string]any{"id": ".."}},
 				{"ls", map[string]any{"workspace": ".."}},
 				{"execs", map[string]any{"workspace": "."}},
 				{"log", map[string]any{"workspace": "w/.."}},

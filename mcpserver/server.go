@@ -26,7 +26,8 @@ const Name = "computerd"
 const instructions = "These tools work in a durable, revisioned workspace held by computerd. " +
 	"Every write, edit and exec commits one numbered revision, and every revision stays readable: " +
 	"log lists them, diff compares two, restore brings back an earlier state, fork makes a copy in milliseconds. " +
-	"exec runs a shell command in a fresh sandbox (no network) whose /workspace is the workspace. " +
+	"exec runs a shell command in a fresh sandbox (no network) whose /workspace is the workspace; " +
+	"a command still running after the call's wait goes on, and exec_wait waits for more of it. " +
 	"Each tool takes an optional workspace argument; without it a call works in the server's workspace."
 
 // New returns the MCP server of the tools in tools.MCP, each call made
@@ -76,14 +77,23 @@ func inputSchema(t tools.Tool, needWorkspace bool) json.RawMessage {
 	return b
 }
 
-// outcome is a result's structured content: what a harness reads without
-// parsing the text.
+// outcome is a result's structured content. Harnesses that find
+// structured content hand the model only that (Codex and Claude Code do),
+// so it holds everything the text says: the text itself, whole, and the
+// fields a program reads without parsing it (code, exec id, exit code,
+// revision, and for a command still running, the offset to go on from).
+// A result with none of those fields has no structured content, and
+// tools declare no output schema (a schema would oblige every result of
+// the tool to carry one).
 type outcome struct {
-	Workspace string `json:"workspace"`
+	Workspace string `json:"workspace,omitempty"`
+	Text      string `json:"text"`
 	Code      string `json:"code,omitempty"`
 	ExecID    string `json:"exec_id,omitempty"`
 	ExitCode  *int   `json:"exit_code,omitempty"`
 	Rev       int64  `json:"rev,omitempty"`
+	Running   bool   `json:"running,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
 }
 
 // handler runs tool t. A tool's failure is a result with IsError and its
@@ -111,8 +121,9 @@ func handler(c *client.Client, defaultWS string, t tools.Tool) mcp.ToolHandler {
 			return nil, err
 		}
 		out := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Text}}, IsError: res.IsError}
-		if res.Code != "" || res.ExecID != "" || res.ExitCode != nil || res.Rev != 0 {
-			out.StructuredContent = outcome{Workspace: ws, Code: res.Code, ExecID: res.ExecID, ExitCode: res.ExitCode, Rev: res.Rev}
+		if res.Code != "" || res.ExecID != "" || res.ExitCode != nil || res.Rev != 0 || res.Running {
+			out.StructuredContent = outcome{Workspace: ws, Text: res.Text, Code: res.Code, ExecID: res.ExecID, ExitCode: res.ExitCode,
+				Rev: res.Rev, Running: res.Running, Offset: res.Offset}
 		}
 		return out, nil
 	}
@@ -121,8 +132,9 @@ func handler(c *client.Client, defaultWS string, t tools.Tool) mcp.ToolHandler {
 // toolError is a failed call's result, its text led by the code as
 // package tools writes it.
 func toolError(code, msg string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("error (%s): %s", code, msg)}}, IsError: true,
-		StructuredContent: outcome{Code: code}}
+	text := fmt.Sprintf("error (%s): %s", code, msg)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true,
+		StructuredContent: outcome{Text: text, Code: code}}
 }
 
 // split takes the MCP-only arguments (workspace, and key for a keyed

@@ -68,8 +68,8 @@ func TestSchemas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(lt.Tools) != 13 {
-				t.Fatalf("%d tools, want 13", len(lt.Tools))
+			if len(lt.Tools) != 14 {
+				t.Fatalf("%d tools, want 14", len(lt.Tools))
 			}
 			for _, tool := range lt.Tools {
 				b, _ := json.Marshal(tool.InputSchema)

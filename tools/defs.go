@@ -22,6 +22,12 @@ const (
 	maxLogEntries = 100
 	// DefaultExecTimeout applies when a model gives exec no timeout.
 	DefaultExecTimeout = 10 * time.Minute
+	// DefaultExecWait is how long exec and exec_wait wait for a command
+	// to end before answering that it still runs (Set.ExecWait): well
+	// under the 60 s a harness commonly allows a tool call.
+	DefaultExecWait = 30 * time.Second
+	// MaxExecWait bounds the wait a call may ask for.
+	MaxExecWait = time.Hour
 )
 
 // all is the tool set, in the order a model sees it.
@@ -80,13 +86,25 @@ var all = []Tool{
 	{
 		Name: "exec",
 		Description: "Run a shell command (sh -c) in a fresh sandbox whose /workspace is the workspace; the working directory is /workspace " +
-			"(or cwd beneath it). Its writes become one revision. No network. Answers the exit code and the output (long output keeps its head and tail).",
+			"(or cwd beneath it). Its writes become one revision. No network. Answers the exit code and the output (long output keeps its head and tail). " +
+			"A command still running after wait seconds (default {wait}) goes on: the answer then holds its output so far, its exec id and an offset; " +
+			"call exec_wait with them to wait for more.",
 		Schema: schema(`{"command": {"type": "string", "description": "the command line"},
-			"timeout": {"type": "string", "description": "a duration such as 30s or 5m (default 10m)"},
-			"cwd": {"type": "string", "description": "directory relative to /workspace"}}`, "command"),
+			"timeout": {"type": "string", "description": "a duration such as 30s or 5m (default 10m): the command is killed after it"},
+			"cwd": {"type": "string", "description": "directory relative to /workspace"},
+			"wait": {"type": "number", "minimum": 0, "maximum": 3600, "description": "seconds to wait for the command to end before answering (default {wait})"}}`, "command"),
 		Mutates: true,
 		Keyed:   true,
 		run:     execTool,
+	},
+	{
+		Name: "exec_wait",
+		Description: "Wait for a command that exec answered as still running: its output after offset (the offset the last answer gave), " +
+			"until it ends or wait seconds pass (default {wait}). Answers as exec does: how it ended and its revision, or that it still runs and the offset to go on from.",
+		Schema: schema(`{"id": {"type": "string", "description": "the exec id the answer gave"},
+			"offset": {"type": "integer", "minimum": 0, "description": "bytes of output already read: the offset the last answer gave (default 0, all of it)"},
+			"wait": {"type": "number", "minimum": 0, "maximum": 3600, "description": "seconds to wait for the command to end before answering (default {wait})"}}`, "id"),
+		run: execWaitTool,
 	},
 	{
 		Name:        "log",
@@ -289,12 +307,19 @@ func grepTool(ctx context.Context, s *Set, c Call) (Result, error) {
 }
 
 func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
-	var a struct{ Command, Timeout, Cwd string }
+	var a struct {
+		Command, Timeout, Cwd string
+		Wait                  *float64
+	}
 	if err := decode(c.Args, &a); err != nil {
 		return Result{}, err
 	}
 	if strings.TrimSpace(a.Command) == "" {
 		return Result{}, &argsError{"exec: empty command"}
+	}
+	wait, err := s.waitArg(a.Wait)
+	if err != nil {
+		return Result{}, err
 	}
 	if a.Timeout == "" {
 		a.Timeout = DefaultExecTimeout.String()
@@ -302,22 +327,92 @@ func execTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	// All the output streams through, so a long one keeps its true end
 	// (where the error usually is).
 	out := &Clipper{Max: MaxResult - 320}
-	rec, err := s.Client.Exec(ctx, s.Workspace, wire.ExecRequest{Argv: []string{"sh", "-c", a.Command}, Cwd: a.Cwd, Timeout: a.Timeout, Key: c.Key},
-		func(ev wire.ExecEvent) error {
-			if ev.Type != "output" {
-				return nil
-			}
-			data := ev.Bytes()
-			if c.Output != nil {
-				c.Output(ev.Stream, data)
-			}
-			out.Write(data)
-			return nil
-		})
+	w, err := s.Client.ExecFor(ctx, s.Workspace, wire.ExecRequest{Argv: []string{"sh", "-c", a.Command}, Cwd: a.Cwd, Timeout: a.Timeout, Key: c.Key},
+		wait, outputTo(c, out))
 	if err != nil {
 		return Result{}, err
 	}
-	return ExecResult(rec, out.String()), nil
+	return watchResult(w, out.String(), 0, wait), nil
+}
+
+func execWaitTool(ctx context.Context, s *Set, c Call) (Result, error) {
+	var a struct {
+		ID     string
+		Offset int64
+		Wait   *float64
+	}
+	if err := decode(c.Args, &a); err != nil {
+		return Result{}, err
+	}
+	if a.ID == "" {
+		return Result{}, &argsError{"exec_wait: id is required"}
+	}
+	if a.Offset < 0 {
+		return Result{}, &argsError{"exec_wait: offset must not be negative"}
+	}
+	wait, err := s.waitArg(a.Wait)
+	if err != nil {
+		return Result{}, err
+	}
+	out := &Clipper{Max: MaxResult - 320}
+	w, err := s.Client.FollowExecFor(ctx, s.Workspace, a.ID, a.Offset, wait, outputTo(c, out))
+	if err != nil {
+		return Result{}, err
+	}
+	return watchResult(w, out.String(), a.Offset, wait), nil
+}
+
+// waitArg is a call's wait in seconds as a duration: the set's default
+// when the call gives none.
+func (s *Set) waitArg(secs *float64) (time.Duration, error) {
+	if secs == nil {
+		return s.execWait(), nil
+	}
+	if *secs < 0 || *secs > MaxExecWait.Seconds() {
+		return 0, &argsError{fmt.Sprintf("wait %v: want 0 to %v seconds", *secs, MaxExecWait.Seconds())}
+	}
+	return time.Duration(*secs * float64(time.Second)), nil
+}
+
+// outputTo passes an exec's output to the call's Output, if any, and
+// to out.
+func outputTo(c Call, out *Clipper) func(wire.ExecEvent) error {
+	return func(ev wire.ExecEvent) error {
+		if ev.Type != "output" {
+			return nil
+		}
+		data := ev.Bytes()
+		if c.Output != nil {
+			c.Output(ev.Stream, data)
+		}
+		out.Write(data)
+		return nil
+	}
+}
+
+// watchResult is what a model reads of a wait of wait (negative: not
+// said) on an exec whose output it read from byte from: how it ended, or
+// that it runs on and where to go on from.
+func watchResult(w client.ExecWatch, output string, from int64, wait time.Duration) Result {
+	if w.Done {
+		res := ExecResult(w.Exec, output)
+		res.Offset = w.Offset
+		if from > 0 {
+			res.Text = fmt.Sprintf("[output from byte %d]\n", from) + res.Text
+		}
+		return res
+	}
+	after := ""
+	if wait >= 0 {
+		after = " after " + wait.Round(time.Millisecond).String()
+	}
+	status := fmt.Sprintf("still running%s as exec %s (%d bytes of output so far); it goes on: wait for it with exec_wait {\"id\": %q, \"offset\": %d}",
+		after, w.ID, w.Offset, w.ID, w.Offset)
+	text := Clip(output, MaxResult-320)
+	if from > 0 {
+		text = fmt.Sprintf("[output from byte %d]\n", from) + text
+	}
+	return Result{Text: text + "\n[" + status + "]", ExecID: w.ID, Running: true, Offset: w.Offset}
 }
 
 // ExecResult is what a model reads of a finished exec: its output and how

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"computerd/core"
-	"computerd/wire"
 )
 
 // maxExecEntries bounds one execs call.
@@ -38,16 +37,16 @@ var extra = []Tool{
 	{
 		Name: "execs",
 		Description: "List the commands run in this workspace (the exec journal), newest first: id, state, exit code, " +
-			"duration, the revision their writes became, and the command line. Give an id to exec_show for its output.",
+			"duration, the revision their writes became, and the command line. Give an id to exec_show for its output, or to exec_wait to wait for a running one.",
 		Schema: schema(`{"limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "how many (default 20)"}}`),
 		run:    execsTool,
 	},
 	{
 		Name: "exec_show",
-		Description: "Show one command of the exec journal by id: how it ended, its revision and its output (kept for a day). " +
-			"A command still running answers its state at once, or with wait its output until it ends.",
+		Description: "Show one command of the exec journal by id: the command, how it ended, its revision and its output (kept for a day), " +
+			"from byte offset on if given. It answers at once; a command still running is shown so far (exec_wait waits for more).",
 		Schema: schema(`{"id": {"type": "string", "description": "the exec's id, from exec or execs"},
-			"wait": {"type": "boolean", "description": "if it still runs, follow its output until it ends (default false)"}}`, "id"),
+			"offset": {"type": "integer", "minimum": 0, "description": "bytes of output to leave out (default 0)"}}`, "id"),
 		run: execShowTool,
 	},
 }
@@ -140,10 +139,14 @@ func commandLine(argv []string) string {
 	return strings.Join(argv, " ")
 }
 
+// showWait bounds how long exec_show reads a running command's output:
+// what is stored arrives at once, so this is a moment, not a wait.
+const showWait = 500 * time.Millisecond
+
 func execShowTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	var a struct {
-		ID   string
-		Wait bool
+		ID     string
+		Offset int64
 	}
 	if err := decode(c.Args, &a); err != nil {
 		return Result{}, err
@@ -151,34 +154,26 @@ func execShowTool(ctx context.Context, s *Set, c Call) (Result, error) {
 	if a.ID == "" {
 		return Result{}, &argsError{"exec_show: id is required"}
 	}
+	if a.Offset < 0 {
+		return Result{}, &argsError{"exec_show: offset must not be negative"}
+	}
 	rec, err := s.Client.ExecRecord(ctx, s.Workspace, a.ID)
 	if err != nil {
 		return Result{}, err
 	}
 	head := fmt.Sprintf("exec %s: %s\ncommand: %s\nstarted %s from revision %d\n", rec.ID, execStatus(rec), commandLine(rec.Argv),
 		rec.Started.UTC().Format(time.RFC3339), rec.BaseRev)
-	if rec.Ended.IsZero() && !a.Wait {
-		return Result{Text: head + "(still running: call again with wait to follow its output)", ExecID: rec.ID}, nil
+	wait := time.Duration(-1) // an ended exec's stored output, whole
+	if rec.Ended.IsZero() {
+		wait = showWait
 	}
-	var out strings.Builder
-	rec, err = s.Client.FollowExec(ctx, s.Workspace, a.ID, func(ev wire.ExecEvent) error {
-		if ev.Type != "output" {
-			return nil
-		}
-		data := ev.Bytes()
-		if c.Output != nil {
-			c.Output(ev.Stream, data)
-		}
-		if out.Len() < MaxResult*8 {
-			out.Write(data)
-		}
-		return nil
-	})
+	out := &Clipper{Max: MaxResult - 640}
+	w, err := s.Client.FollowExecFor(ctx, s.Workspace, a.ID, a.Offset, wait, outputTo(c, out))
 	if err != nil {
 		return Result{}, err
 	}
 	// The command's failure is what the call shows, not the call's own.
-	res := ExecResult(rec, out.String())
+	res := watchResult(w, out.String(), a.Offset, -1)
 	res.Text, res.IsError, res.Code = head+res.Text, false, ""
 	return res, nil
 }

@@ -26,7 +26,7 @@ func names(list []tools.Tool) []string {
 }
 
 func TestLists(t *testing.T) {
-	agent := []string{"read", "write", "edit", "ls", "find", "grep", "exec", "log", "diff"}
+	agent := []string{"read", "write", "edit", "ls", "find", "grep", "exec", "exec_wait", "log", "diff"}
 	mcp := append(slices.Clone(agent), "fork", "restore", "execs", "exec_show")
 	for _, tc := range []struct {
 		name string
@@ -48,6 +48,9 @@ func TestLists(t *testing.T) {
 		}
 		if tool.Keyed && !tool.Mutates {
 			t.Errorf("%s: keyed but read-only", tool.Name)
+		}
+		if strings.Contains(tool.Description+string(tool.Schema), "{wait}") {
+			t.Errorf("%s: the wait's mark is left in: %s %s", tool.Name, tool.Description, tool.Schema)
 		}
 	}
 }

@@ -1,9 +1,14 @@
 // Package tools defines the tools a model drives a workspace with: their
 // names, JSON schemas and descriptions, and handlers that call computerd's
-// HTTP API. The agent loop (agentctl agent) serves the nine tools a task
-// needs; the MCP server serves the same nine plus the ones a harness uses
+// HTTP API. The agent loop (agentctl agent) serves the ten tools a task
+// needs; the MCP server serves the same ten plus the ones a harness uses
 // to manage its workspace (fork, restore, the exec journal), so a model
 // meets the same tools wherever it runs.
+//
+// exec answers within a bounded wait: a command still running then is
+// answered with its output so far, its exec id and a byte offset, and
+// exec_wait goes on from that offset. So no call outlives a harness's
+// timeout, and a model never loses a command it started.
 package tools
 
 import (
@@ -11,7 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"computerd/client"
@@ -58,32 +65,66 @@ type Result struct {
 	ExecID   string `json:"exec_id,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Rev      int64  `json:"rev,omitempty"`
+	// For exec and exec_wait: Running says the command still runs (the
+	// wait ended first); Offset is the bytes of its output up to the end
+	// of what the text shows, where exec_wait goes on from.
+	Running bool  `json:"running,omitempty"`
+	Offset  int64 `json:"offset,omitempty"`
 }
 
 // Set is the tool set bound to one workspace through one client.
 type Set struct {
 	Client    *client.Client
 	Workspace string
-	// MCP makes the set the MCP server's: the agent's nine tools and
-	// those of MCP(). Without it the set is exactly the agent's nine.
+	// MCP makes the set the MCP server's: the agent's ten tools and
+	// those of MCP(). Without it the set is exactly the agent's ten.
 	MCP bool
+	// ExecWait is how long exec and exec_wait wait for a command to end
+	// when the call says not (0: DefaultExecWait). A command still
+	// running then is answered as such, with its output so far.
+	ExecWait time.Duration
 }
 
-// Tools lists the set's tools, in a fixed order: the agent's nine, or
-// with MCP, the list MCP returns.
+// Tools lists the set's tools, in a fixed order: the agent's ten, or
+// with MCP, the list MCP returns; their descriptions give the set's
+// ExecWait.
 func (s *Set) Tools() []Tool {
+	list := all
 	if s.MCP {
-		return MCP()
+		list = append(append([]Tool(nil), all...), extra...)
 	}
-	return all
+	return withWait(list, s.execWait())
 }
 
-// MCP lists the tools the MCP server serves: the agent's nine, then
-// fork, restore and the exec journal (execs, exec_show).
-func MCP() []Tool { return append(append([]Tool(nil), all...), extra...) }
+// MCP lists the tools the MCP server serves: the agent's ten, then
+// fork, restore and the exec journal (execs, exec_show), their
+// descriptions giving DefaultExecWait.
+func MCP() []Tool { return (&Set{MCP: true}).Tools() }
+
+func (s *Set) execWait() time.Duration {
+	if s.ExecWait > 0 {
+		return s.ExecWait
+	}
+	return DefaultExecWait
+}
+
+// waitMark stands for the set's ExecWait in tool descriptions and schemas.
+const waitMark = "{wait}"
+
+// withWait is list with waitMark replaced by d, in seconds.
+func withWait(list []Tool, d time.Duration) []Tool {
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	out := make([]Tool, len(list))
+	for i, t := range list {
+		t.Description = strings.ReplaceAll(t.Description, waitMark, secs)
+		t.Schema = json.RawMessage(strings.ReplaceAll(string(t.Schema), waitMark, secs))
+		out[i] = t
+	}
+	return out
+}
 
 // Lookup finds one of the agent's tools by name.
-func Lookup(name string) (Tool, bool) { return lookup(all, name) }
+func Lookup(name string) (Tool, bool) { return lookup((&Set{}).Tools(), name) }
 
 func lookup(list []Tool, name string) (Tool, bool) {
 	for _, t := range list {
