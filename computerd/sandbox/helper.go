@@ -80,7 +80,7 @@ type helperMsg struct {
 // helperFd is the helper's end of the socket.
 const helperFd = 3
 
-var errorKinds = map[string]error{"invalid": ErrInvalidSpec, "start": ErrStart, "notreaped": ErrNotReaped}
+var errorKinds = map[string]error{"invalid": ErrInvalidSpec, "start": ErrStart, "notreaped": ErrNotReaped, "notfound": ErrNotFound}
 
 // remoteError is an error from the helper: its message, and the sentinel
 // it wrapped there.
@@ -93,6 +93,9 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.kind }
 
 func errorKind(err error) string {
+	if errors.Is(err, ErrNotFound) {
+		return "notfound" // before "start", which it is too
+	}
 	for k, s := range errorKinds {
 		if errors.Is(err, s) {
 			return k
@@ -403,6 +406,9 @@ func (m *Manager) runHelper(ctx context.Context, spec Spec, out func(Event)) (re
 	}
 	if msg.Err != "" {
 		err = &remoteError{msg: msg.Err, kind: errorKinds[msg.Kind]}
+		if msg.Kind == "notfound" {
+			err = &notFoundError{name: spec.Argv[0]}
+		}
 	}
 	return res, true, err
 }

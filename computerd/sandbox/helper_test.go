@@ -55,8 +55,8 @@ func TestHelper(t *testing.T) {
 		t.Fatalf("helper processes: %v", pids)
 	}
 	_, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"no-such-command"}}, nil)
-	if !errors.Is(err, sandbox.ErrStart) {
-		t.Fatalf("missing command: %v, want ErrStart", err)
+	if !errors.Is(err, sandbox.ErrStart) || !errors.Is(err, sandbox.ErrNotFound) || err.Error() != "no-such-command: command not found in the sandbox" {
+		t.Fatalf("missing command: %v, want ErrStart and ErrNotFound", err)
 	}
 	_, err = m.Run(context.Background(), sandbox.Spec{Argv: nil}, nil)
 	if !errors.Is(err, sandbox.ErrInvalidSpec) {

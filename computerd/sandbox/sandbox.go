@@ -63,6 +63,10 @@ var (
 	// ErrStart means the container or its command could not be started
 	// (for example, the command was not found in the container).
 	ErrStart = errors.New("sandbox: cannot start container")
+	// ErrNotFound means the command is not in the container (Argv[0] on
+	// none of its PATH's directories, or no such file); such an error is
+	// ErrStart too, and reads "NAME: command not found in the sandbox".
+	ErrNotFound = errors.New("sandbox: command not found")
 	// ErrNotReaped means the container's processes were killed but did not
 	// die within the kill grace period (stuck in the kernel); Run returned
 	// anyway and the container is destroyed once they die.
@@ -224,6 +228,11 @@ func (m *Manager) containersDir() string { return filepath.Join(m.StateDir, "con
 // (see Manager.Warm), setting its own memory, pids and CPU limits on it;
 // the others, and all Runs while none is ready, create theirs on the spot.
 func (m *Manager) Run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
+	res, err := m.run(ctx, spec, out)
+	return res, commandError(spec.Argv, err)
+}
+
+func (m *Manager) run(ctx context.Context, spec Spec, out func(Event)) (Result, error) {
 	if out == nil {
 		out = func(Event) {}
 	}

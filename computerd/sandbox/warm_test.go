@@ -172,7 +172,7 @@ func testWarmPool(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		res, err := m.Run(context.Background(), sandbox.Spec{Argv: []string{"no-such-command"}}, nil)
-		if !errors.Is(err, sandbox.ErrStart) || !strings.Contains(err.Error(), "executable file not found") {
+		if !errors.Is(err, sandbox.ErrStart) || !errors.Is(err, sandbox.ErrNotFound) || err.Error() != "no-such-command: command not found in the sandbox" {
 			t.Fatalf("missing command: %+v %v", res, err)
 		}
 		if res.Warm {
