@@ -108,7 +108,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		drain(r.Body)
 		return err
 	}
-	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
+	if rev, ok, err := s.replayed(r, ws, key, "write "+p); err != nil || ok {
 		drain(r.Body)
 		if err != nil {
 			return err
@@ -274,15 +274,15 @@ func (s *Server) ops(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
+	msg := req.Message
+	if msg == "" {
+		msg = describeOps(req.Ops)
+	}
+	if rev, ok, err := s.replayed(r, ws, key, msg); err != nil || ok {
 		if err != nil {
 			return err
 		}
 		return answerReplay(w, http.StatusOK, rev)
-	}
-	msg := req.Message
-	if msg == "" {
-		msg = describeOps(req.Ops)
 	}
 	// The chunks content ops name are the caller's claims: only its own
 	// count (docs/SECURITY.md, Chunks).
@@ -336,7 +336,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if rev, ok, err := s.replayed(r, ws, key); err != nil || ok {
+	if rev, ok, err := s.replayed(r, ws, key, "edit "+req.Path); err != nil || ok {
 		if err != nil {
 			return err
 		}

@@ -529,8 +529,9 @@ func requestKey(r *http.Request, body string) (string, error) {
 // replayed finds the revision an earlier mutation of ws with idempotency
 // key (from requestKey) committed: a retry answers it and applies nothing
 // again. (The commit also checks, in its transaction, for two retries
-// racing.)
-func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.Revision, bool, error) {
+// racing.) message is the one this request would commit with: a key
+// whose revision has another was used for another mutation (keyReused).
+func (s *Server) replayed(r *http.Request, ws core.Workspace, key, message string) (core.Revision, bool, error) {
 	if key == "" {
 		return core.Revision{}, false, nil
 	}
@@ -538,7 +539,20 @@ func (s *Server) replayed(r *http.Request, ws core.Workspace, key string) (core.
 	if errors.Is(err, core.ErrNotFound) {
 		return core.Revision{}, false, nil
 	}
+	if err == nil && rev.Message != message {
+		return core.Revision{}, false, keyReused(key, rev)
+	}
 	return rev, err == nil, err
+}
+
+// keyReused refuses a mutation whose idempotency key already names
+// revision rev of another mutation. What a keyed revision keeps of its
+// request is its message (the operation and its path: "write a.txt",
+// "edit main.go", an ops batch's message), so that is what is compared:
+// a retry that sends other bytes to the same path is not told apart.
+func keyReused(key string, rev core.Revision) error {
+	return fmt.Errorf("idempotency key %q already names revision %d (%s), made by another request: a retry sends the same request, a new change a new key: %w",
+		key, rev.Rev, rev.Message, core.ErrConflict)
 }
 
 // answerRevision reports a committed revision.

@@ -48,6 +48,7 @@ type Request struct {
 	Timeout   time.Duration // 0: the runner's default
 	Limits    core.Limits
 	HomeBase  int64 // executor: the home revision Workspace mirrors
+	HomeWS    int64 // executor: the id of the home workspace HomeBase is of
 }
 
 // Defaults of the Runner's fields: the ceilings no request may ask
@@ -316,6 +317,7 @@ func (r *Runner) Open(ctx context.Context) error {
 	r.resettle = make(chan struct{}, 1)
 	r.group.Go(func() error { r.settleLoop(r.loops); return nil })
 	if r.Remote != nil {
+		r.Remote.defaults()
 		r.group.Go(func() error { r.pushPending(r.loops); return nil })
 	}
 	return nil
@@ -429,6 +431,9 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 		envNames = append(envNames, k)
 	}
 	slices.Sort(envNames)
+	if err := r.checkKey(ctx, req, envNames); err != nil {
+		return core.Exec{}, err
+	}
 	if r.isClosing() {
 		return core.Exec{}, errClosing
 	}
@@ -467,8 +472,11 @@ func (r *Runner) Start(ctx context.Context, req Request) (core.Exec, error) {
 	}
 	rec, started, err := r.Store.BeginExec(ctx, core.Exec{
 		Tenant: req.Tenant, WS: req.Workspace.ID, WSName: req.Workspace.Name, Key: req.Key,
-		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase,
+		Argv: req.Argv, Cwd: req.Cwd, EnvNames: envNames, BaseRev: req.Workspace.Head, HomeBase: req.HomeBase, HomeWS: req.HomeWS,
 	})
+	if err == nil && !started {
+		err = sameCommand(rec, req.Argv, req.Cwd, envNames) // a request with the key came first
+	}
 	if err != nil || !started {
 		return rec, err
 	}
@@ -652,7 +660,7 @@ func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer
 		Info: fsstore.CommitInfo{Source: core.SourceExec, Tenant: e.Tenant, ExecID: e.ID, Message: commandLine(e.Argv)},
 	}
 	if r.Remote != nil {
-		opt.Deliver = r.deliverer(e, &l.homeKept)
+		opt.Deliver = r.deliverer(e, l)
 	}
 	if l.Layer, err = overlay.Open(ctx, opt); err != nil {
 		return nil, fmt.Errorf("exec: make /workspace: %w", err)
@@ -668,10 +676,10 @@ func (r *Runner) openLayer(ctx context.Context, e core.Exec, size int64) (*layer
 }
 
 // layer is an exec's /workspace, and where its changes went at the home
-// when a push of an executor's conflicted (the copy's name).
+// when a push of an executor's conflicted (the copy's name, and how).
 type layer struct {
 	*overlay.Layer
-	homeKept string
+	homeKept, homeNote string
 }
 
 // execute runs one exec to its end and returns its final record, and
@@ -698,28 +706,6 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 			kind = "warm"
 		}
 		r.Metrics.ExecContainers.WithLabelValues(kind).Inc()
-	}
-	// The command is over: commit what it wrote as one revision, even
-	// when it ended because its context did (kill, shutdown).
-	cctx := context.WithoutCancel(ctx)
-	rev, changed, commitErr := m.Commit(cctx)
-	failed := r.noteCommit(&e, m, rev, changed, commitErr)
-	// A commit that failed for want of space is tried again once the
-	// exec has answered (unsettled.go); the layer keeps the writes.
-	late := failed && errors.Is(commitErr, core.ErrNoSpace)
-	var later *unsettled
-	shelved := false
-	cleanup := func() {
-		if !shelved && (later == nil || later.layer == nil) {
-			// After a failed delivery this commit fails the same way and
-			// the draft stays; otherwise there is nothing left to commit.
-			if err := m.Unmount(cctx); err != nil && commitErr == nil {
-				r.Log.Warn("unmount", "id", e.ID, "err", err)
-			}
-		}
-		if later != nil {
-			r.settleLater(later)
-		}
 	}
 	e.Ended = r.Store.Now()
 	e.StdoutBytes, e.StderrBytes = res.Stdout, res.Stderr
@@ -760,6 +746,33 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, errKilled) {
 		e.Error = joinErr(e.Error, "killed on request")
+	}
+	// The command is over: commit what it wrote as one revision, even
+	// when it ended because its context did (kill, shutdown).
+	cctx := context.WithoutCancel(ctx)
+	if r.Remote != nil {
+		// The push home may take long or be cut: until it is done the
+		// record says how the command ended, and that its writes wait.
+		r.awaitDelivery(cctx, e, m)
+	}
+	rev, changed, commitErr := m.Commit(cctx)
+	failed := r.noteCommit(&e, m, rev, changed, commitErr)
+	// A commit that failed for want of space is tried again once the
+	// exec has answered (unsettled.go); the layer keeps the writes.
+	late := failed && errors.Is(commitErr, core.ErrNoSpace)
+	var later *unsettled
+	shelved := false
+	cleanup := func() {
+		if !shelved && (later == nil || later.layer == nil) {
+			// After a failed delivery this commit fails the same way and
+			// the draft stays; otherwise there is nothing left to commit.
+			if err := m.Unmount(cctx); err != nil && commitErr == nil {
+				r.Log.Warn("unmount", "id", e.ID, "err", err)
+			}
+		}
+		if later != nil {
+			r.settleLater(later)
+		}
 	}
 	if e.Draft != 0 {
 		e.State, e.PendingState = core.ExecPending, e.State
@@ -809,11 +822,12 @@ func (r *Runner) noteCommit(e *core.Exec, m *layer, rev core.Revision, changed b
 		// An executor whose home is away: the draft holds the changes
 		// until the pending-push loop delivers them.
 		e.Draft, _, _ = m.Status()
-		e.Error = err.Error()
+		e.Error = joinErr(e.Error, "waiting for the home: "+strings.TrimPrefix(err.Error(), overlay.ErrKeepDraft.Error()+": "))
 	case errors.As(err, &conflict):
 		e.KeptAs = conflict.Name
 		if m.homeKept != "" {
 			e.KeptAs = m.homeKept
+			e.Error = joinErr(e.Error, m.homeNote)
 		}
 		if errors.As(err, &storeConflict) {
 			e.Conflict = storeConflict.Paths
