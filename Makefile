@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build test bench demo clean deps importcheck mcp-inspector
+.PHONY: build install test bench demo clean deps importcheck mcp-inspector
 
 # VERSION is what computerd --version, agentctl --version, GET /v1/version
 # and computerd_build_info report (without it, a binary reports the commit
@@ -14,6 +14,13 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/computerd ./computerd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/computerd-sandbox ./computerd/sandboxd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./agentctl
+
+# install: the three binaries into $(PREFIX)/bin (computerd finds
+# computerd-sandbox beside itself).
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/computerd $(BIN)/computerd-sandbox $(BIN)/agentctl $(DESTDIR)$(PREFIX)/bin/
 
 deps:
 	./contrib/deps.sh
