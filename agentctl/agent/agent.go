@@ -6,6 +6,12 @@
 // the same idempotency key, so computerd answers the recorded result (or
 // attaches to the command still running) and nothing runs twice; a model
 // call in flight is asked again. The model's key stays in this process.
+//
+// A driver holds its run on a lease it renews (each step it records, and
+// a renewal every quarter of the lease between), so a run whose driver
+// died reads as interrupted once the lease runs out. A driver that stops
+// short of the end (a signal, or a model it cannot reach after its
+// retries) says so itself: the run is interrupted, and a resume goes on.
 package agent
 
 import (
@@ -33,8 +39,35 @@ type Driver struct {
 	Events func(Event)
 	// MaxAnswerTokens caps each model answer (0: the provider's default).
 	MaxAnswerTokens int64
+	// Lease is how long the driver's claim on its run lasts without a
+	// renewal (0: DefaultLease); it renews it every quarter of that.
+	Lease time.Duration
+	// ExecWait is how long exec and exec_wait wait for a command before
+	// answering the model that it still runs (0: DefaultExecWait).
+	ExecWait time.Duration
+	// Claim is what Drive's claim records besides the driver and its
+	// lease: the provider, model and base URL the run goes on with, where
+	// they differ from the recorded ones (empty: the recorded ones).
+	Claim wire.ClaimRun
 	// id is this driver's id in the journal, new for each Drive.
 	id string
+}
+
+// Defaults of a Driver.
+const (
+	// DefaultLease: a run whose driver died reads as interrupted within
+	// a minute.
+	DefaultLease = time.Minute
+	// DefaultExecWait lets most builds and test runs answer in one call,
+	// while a command that hangs is heard of long before its timeout.
+	DefaultExecWait = 2 * time.Minute
+)
+
+func (d *Driver) lease() time.Duration {
+	if d.Lease > 0 {
+		return d.Lease
+	}
+	return DefaultLease
 }
 
 // Event is one thing that happened in a run, as the terminal shows it and
@@ -60,6 +93,10 @@ type Event struct {
 	OutputTokens int64         `json:"output_tokens,omitempty"`
 	Cost         float64       `json:"cost,omitempty"`
 	State        core.RunState `json:"state,omitempty"`
+	// ExecID is the exec a tool step ran or waited for, Running that it
+	// still ran when the step ended.
+	ExecID  string `json:"exec_id,omitempty"`
+	Running bool   `json:"running,omitempty"`
 }
 
 // Event types.
@@ -85,6 +122,9 @@ func (d *Driver) Start(ctx context.Context, ws string, req wire.CreateRun) (core
 	if req.Driver == "" {
 		req.Driver = newDriverID()
 	}
+	if req.Lease == "" {
+		req.Lease = d.lease().String()
+	}
 	return d.Client.CreateRun(ctx, ws, req)
 }
 
@@ -103,16 +143,24 @@ type context0 struct {
 // journal holds, and goes on from there. It returns the run as it ended.
 func (d *Driver) Drive(ctx context.Context, id string) (core.Run, error) {
 	d.id = newDriverID()
-	run, err := d.Client.ClaimRun(ctx, id, d.id)
+	claim := d.Claim
+	claim.Driver, claim.Lease = d.id, d.lease().String()
+	run, err := d.Client.ClaimRunWith(ctx, id, claim)
 	if err != nil {
 		return run, err
 	}
+	stop := d.renew(ctx, id)
+	defer stop()
 	detail, err := d.Client.Run(ctx, id)
 	if err != nil {
 		return run, err
 	}
 	d.emit(Event{Type: EventStart, Run: id, Text: run.Task})
-	set := &tools.Set{Client: d.Client, Workspace: run.WSName}
+	wait := d.ExecWait
+	if wait <= 0 {
+		wait = DefaultExecWait
+	}
+	set := &tools.Set{Client: d.Client, Workspace: run.WSName, ExecWait: wait}
 	c := &conversation{d: d, run: run, set: set}
 	if err := c.replay(ctx, detail.Steps); err != nil {
 		return d.end(ctx, c, err)
@@ -124,7 +172,30 @@ func (d *Driver) Drive(ctx context.Context, id string) (core.Run, error) {
 	}
 }
 
-// errEnd ends a run in a final state.
+// renew renews the driver's lease on run id every quarter of the lease
+// until stop is called (or ctx ends); stop returns once it has stopped.
+// A renewal that fails is left to the next: a driver taken over learns
+// it at its next step.
+func (d *Driver) renew(ctx context.Context, id string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d.lease() / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				d.Client.RenewRun(ctx, id, d.id)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// errEnd ends a run in a final state, or interrupted.
 type errEnd struct {
 	state core.RunState
 	msg   string
@@ -132,9 +203,12 @@ type errEnd struct {
 
 func (e *errEnd) Error() string { return fmt.Sprintf("run %s: %s", e.state, e.msg) }
 
-// end records how the run ended, unless another driver took it over.
+// end records how the run ended (or that this driver stopped short of
+// its end), unless another driver took it over. A failure that is not
+// the run's own (computerd out of reach, a quota, a full disk) leaves it
+// interrupted: a resume goes on once it is mended.
 func (d *Driver) end(ctx context.Context, c *conversation, err error) (core.Run, error) {
-	state, msg := core.RunFailed, ""
+	state, msg := core.RunInterrupted, ""
 	var ee *errEnd
 	switch {
 	case errors.As(err, &ee):
@@ -143,8 +217,13 @@ func (d *Driver) end(ctx context.Context, c *conversation, err error) (core.Run,
 		// Resumed elsewhere: the new driver owns the run now.
 		return c.run, fmt.Errorf("run %s was taken over by another agentctl: %w", c.run.ID, err)
 	case ctx.Err() != nil:
-		// This process is stopping (a signal): the run stays running for
-		// a resume.
+		// This process is stopping (a signal): the run is interrupted,
+		// for a resume. Said at once, rather than when the lease runs out.
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if run, endErr := d.Client.EndRun(ictx, c.run.ID, d.id, core.RunInterrupted, "agentctl was stopped"); endErr == nil {
+			c.run = run
+		}
 		return c.run, ctx.Err()
 	default:
 		msg = err.Error()
@@ -198,7 +277,7 @@ func (c *conversation) replay(ctx context.Context, steps []core.Step) error {
 				return c.tool(ctx, st.Seq, call)
 			}
 			c.d.emit(Event{Type: EventToolResult, Run: c.run.ID, Seq: st.Seq, Tool: st.Tool, Args: st.Args, Text: st.Text,
-				IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev, Replayed: true})
+				IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev, ExecID: st.ExecID, Running: StepRunning(st), Replayed: true})
 			c.toolAnswered(call, st.Text, st.IsError)
 		}
 	}
@@ -209,7 +288,7 @@ func (c *conversation) replay(ctx context.Context, steps []core.Step) error {
 func (c *conversation) begin(args json.RawMessage) error {
 	var c0 context0
 	if err := json.Unmarshal(args, &c0); err != nil {
-		return fmt.Errorf("run %s: step 1 has no context: %w", c.run.ID, err)
+		return &errEnd{state: core.RunFailed, msg: fmt.Sprintf("step 1 has no context: %v", err)}
 	}
 	c.system, c.msgs = c0.System, []model.Message{{Role: model.RoleUser, Text: c0.Prompt}}
 	return nil
@@ -321,13 +400,10 @@ func (c *conversation) model(ctx context.Context, seq int) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// The model cannot answer (after its retries): the step ends as
-		// an error and so does the run.
-		st.Text, st.IsError, st.Code = err.Error(), true, "model"
-		if _, endErr := c.d.Client.EndStep(ctx, c.d.id, st); endErr != nil {
-			return errors.Join(err, endErr)
-		}
-		return &errEnd{state: core.RunFailed, msg: "model: " + err.Error()}
+		// The model cannot answer (after its retries): the run is
+		// interrupted with this step in flight, so that a resume (with
+		// the model server back, or another one) asks it again.
+		return &errEnd{state: core.RunInterrupted, msg: "model: " + err.Error()}
 	}
 	st.Text = resp.Message.Text
 	for _, call := range resp.Message.ToolCalls {
@@ -401,10 +477,16 @@ func (c *conversation) tool(ctx context.Context, seq int, call core.ToolCall) er
 		return err
 	}
 	c.d.emit(Event{Type: EventToolResult, Run: c.run.ID, Seq: seq, Tool: call.Name, Text: res.Text,
-		IsError: res.IsError, Code: res.Code, ExitCode: res.ExitCode, Rev: res.Rev})
+		IsError: res.IsError, Code: res.Code, ExitCode: res.ExitCode, Rev: res.Rev, ExecID: res.ExecID, Running: res.Running})
 	c.toolAnswered(call, res.Text, res.IsError)
 	c.next = seq + 1
 	return nil
+}
+
+// StepRunning reports whether tool step st left its command running:
+// it names an exec and no exit code, and is no error.
+func StepRunning(st core.Step) bool {
+	return st.Kind == core.StepTool && st.State == core.StepDone && st.ExecID != "" && st.ExitCode == nil && !st.IsError
 }
 
 // StepKey is the idempotency key of a run's step: the same on every
@@ -422,6 +504,7 @@ func modelTools(s *tools.Set) []model.Tool {
 
 const systemPrompt = `You are a coding agent working in a durable workspace: a revisioned file tree kept by computerd.
 Use the tools to read, search and change files, and exec to run commands (a fresh sandbox each time, the workspace at /workspace, no network).
+A command still running when exec answers goes on; exec_wait waits for more of it.
 Every change you make is a revision, so nothing is lost; keep changes focused on the task.
 Work step by step: look before you change, run the tests or build after changing, read errors carefully.
 When the task is done, answer with a short summary of what you changed and why, and call no tool.`

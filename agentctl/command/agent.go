@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,15 +34,18 @@ const (
 	DefaultMaxSteps    = 50
 )
 
-// modelFlags choose and reach the model; run, resume and skill run take them.
+// modelFlags choose and reach the model; run, resume and skill run take
+// them. A resume goes on with what the run recorded unless told otherwise.
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "provider", Usage: "openai (any OpenAI-compatible Chat Completions server) or anthropic", Value: DefaultProvider, EnvVars: []string{"AGENT_PROVIDER"}},
-		&cli.StringFlag{Name: "base-url", Usage: "the model server's API root (default: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL, else the provider's own)"},
-		&cli.StringFlag{Name: "model", Usage: "model name (default " + DefaultOpenAIModel + " or " + DefaultClaudeModel + ")", EnvVars: []string{"AGENT_MODEL"}},
+		&cli.StringFlag{Name: "provider", Usage: "openai (any OpenAI-compatible Chat Completions server) or anthropic (resume: the run's)", Value: DefaultProvider, EnvVars: []string{"AGENT_PROVIDER"}},
+		&cli.StringFlag{Name: "base-url", Usage: "the model server's API root (default: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL, else the provider's own; resume: the run's)"},
+		&cli.StringFlag{Name: "model", Usage: "model name (default " + DefaultOpenAIModel + " or " + DefaultClaudeModel + "; resume: the run's)", EnvVars: []string{"AGENT_MODEL"}},
 		&cli.BoolFlag{Name: "no-stream", Usage: "ask for whole answers instead of streaming them"},
 		&cli.StringFlag{Name: "prices", Usage: "override model prices, USD per million tokens: MODEL=IN/OUT[,MODEL=IN/OUT...]"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only the report at the end"},
+		&cli.DurationFlag{Name: "lease", Usage: "how long the run is held without a renewal (agentctl renews it every quarter of this); a run whose agentctl died reads as interrupted after it", Value: agent.DefaultLease},
+		&cli.DurationFlag{Name: "exec-wait", Usage: "how long exec waits for a command before telling the model it still runs (the model may ask otherwise)", Value: agent.DefaultExecWait},
 	}
 }
 
@@ -95,48 +99,84 @@ func agentCommands() []*cli.Command {
 	}
 }
 
-// provider builds the model client from the flags and the environment.
-// The key is read here and goes nowhere but the model server.
-func provider(c *cli.Context) (model.Provider, string, error) {
-	cfg := model.Config{BaseURL: c.String("base-url"), NoStream: c.Bool("no-stream")}
-	name, m := c.String("provider"), c.String("model")
-	switch name {
-	case "openai":
-		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
-		if cfg.BaseURL == "" {
-			cfg.BaseURL = os.Getenv("OPENAI_BASE_URL")
-		}
-		if m == "" {
-			m = DefaultOpenAIModel
-		}
-		return model.NewOpenAI(cfg), m, nil
-	case "anthropic":
-		cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
-		if cfg.BaseURL == "" {
-			cfg.BaseURL = os.Getenv("ANTHROPIC_BASE_URL")
-		}
-		if m == "" {
-			m = DefaultClaudeModel
-		}
-		return model.NewAnthropic(cfg), m, nil
-	}
-	return nil, "", &usageError{fmt.Sprintf("--provider %q: want openai or anthropic", name)}
+// modelChoice is the model a run talks to: the provider, the model's
+// name and the server's base URL ("" for the provider's own).
+type modelChoice struct {
+	provider, model, baseURL string
 }
 
-// driver builds the run's driver and the printer of its events.
-func driver(c *cli.Context) (*agent.Driver, *eventPrinter, string, error) {
-	p, m, err := provider(c)
-	if err != nil {
-		return nil, nil, "", err
+// chooseModel resolves the model from the flags and the environment or,
+// for a resume (rec not nil), from what the run recorded, which the
+// flags override. A choice with neither a key nor a base URL could reach
+// nothing, and is refused with a hint before anything is made.
+func chooseModel(c *cli.Context, rec *core.Run) (modelChoice, string, error) {
+	m := modelChoice{provider: c.String("provider"), model: c.String("model"), baseURL: c.String("base-url")}
+	if rec != nil {
+		if !c.IsSet("provider") && rec.Provider != "" {
+			m.provider = rec.Provider
+		}
+		if !c.IsSet("model") && rec.Model != "" {
+			m.model = rec.Model
+		}
+		if !c.IsSet("base-url") {
+			m.baseURL = rec.BaseURL
+		}
 	}
+	var keyEnv, urlEnv, def, hint string
+	switch m.provider {
+	case "openai":
+		keyEnv, urlEnv, def, hint = "OPENAI_API_KEY", "OPENAI_BASE_URL", DefaultOpenAIModel,
+			"for OpenAI's API, or --base-url for an OpenAI-compatible server that needs none (Ollama: --base-url http://127.0.0.1:11434/v1)"
+	case "anthropic":
+		keyEnv, urlEnv, def, hint = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", DefaultClaudeModel,
+			"for Anthropic's API, or --base-url for a compatible server that needs none"
+	default:
+		return m, "", &usageError{fmt.Sprintf("--provider %q: want openai or anthropic", m.provider)}
+	}
+	if m.baseURL == "" {
+		m.baseURL = os.Getenv(urlEnv)
+	}
+	if m.model == "" {
+		m.model = def
+	}
+	key := os.Getenv(keyEnv)
+	if key == "" && m.baseURL == "" {
+		return m, "", &usageError{fmt.Sprintf("no model to reach: set %s %s", keyEnv, hint)}
+	}
+	return m, key, nil
+}
+
+// provider builds the model client. The key is read from the
+// environment and goes nowhere but the model server.
+func provider(c *cli.Context, m modelChoice, key string) model.Provider {
+	cfg := model.Config{BaseURL: m.baseURL, APIKey: key, NoStream: c.Bool("no-stream")}
+	if m.provider == "anthropic" {
+		return model.NewAnthropic(cfg)
+	}
+	return model.NewOpenAI(cfg)
+}
+
+// recordedURL is a base URL as a run records it: without user
+// information, which may hold a credential.
+func recordedURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	p.User = nil
+	return p.String()
+}
+
+// driver builds a run's driver for model m and the printer of its events.
+func driver(c *cli.Context, m modelChoice, key string) (*agent.Driver, *eventPrinter, error) {
 	prices, err := model.ParsePrices(c.String("prices"))
 	if err != nil {
-		return nil, nil, "", &usageError{"--prices: " + err.Error()}
+		return nil, nil, &usageError{"--prices: " + err.Error()}
 	}
 	pr := &eventPrinter{w: c.App.Writer, errw: c.App.ErrWriter, json: jsonOn(c), quiet: c.Bool("quiet")}
-	d := &agent.Driver{Client: clientOf(c), Provider: p, Events: pr.print,
+	d := &agent.Driver{Client: clientOf(c), Provider: provider(c, m, key), Events: pr.print, Lease: c.Duration("lease"), ExecWait: c.Duration("exec-wait"),
 		Cost: func(name string, u model.Usage) float64 { cost, _ := model.Cost(name, u, prices); return cost }}
-	return d, pr, m, nil
+	return d, pr, nil
 }
 
 func agentRun(c *cli.Context) error {
@@ -158,11 +198,15 @@ func skillRun(c *cli.Context) error {
 // startRun records a new run and drives it here, or in a process of its
 // own with --detach.
 func startRun(c *cli.Context, ws, task, skill string) error {
-	d, pr, m, err := driver(c)
+	m, key, err := chooseModel(c, nil)
 	if err != nil {
 		return err
 	}
-	req := wire.CreateRun{Task: task, Provider: c.String("provider"), Model: m, Skill: skill,
+	d, pr, err := driver(c, m, key)
+	if err != nil {
+		return err
+	}
+	req := wire.CreateRun{Task: task, Provider: m.provider, Model: m.model, BaseURL: recordedURL(m.baseURL), Skill: skill,
 		Limits: core.RunLimits{MaxSteps: c.Int("max-steps"), MaxTokens: c.Int64("max-tokens"), MaxCost: c.Float64("max-cost")}}
 	if t := c.Duration("timeout"); t > 0 {
 		req.Limits.Timeout = t.String()
@@ -177,12 +221,35 @@ func startRun(c *cli.Context, ws, task, skill string) error {
 	return drive(c, d, pr, run.ID)
 }
 
+// agentResume goes on with a run: with the provider, model and server it
+// recorded, unless the flags name others (which the run then records).
 func agentResume(c *cli.Context) error {
-	d, pr, _, err := driver(c)
+	id := c.Args().First()
+	detail, err := clientOf(c).Run(c.Context, id)
 	if err != nil {
 		return err
 	}
-	return drive(c, d, pr, c.Args().First())
+	if detail.Run.State.Final() {
+		return fmt.Errorf("run %s is %s; only a running or interrupted run goes on: %w", id, detail.Run.State, core.ErrInvalidArgument)
+	}
+	m, key, err := chooseModel(c, &detail.Run)
+	if err != nil {
+		return err
+	}
+	d, pr, err := driver(c, m, key)
+	if err != nil {
+		return err
+	}
+	if c.IsSet("provider") {
+		d.Claim.Provider = m.provider
+	}
+	if c.IsSet("model") {
+		d.Claim.Model = m.model
+	}
+	if c.IsSet("base-url") {
+		d.Claim.BaseURL = recordedURL(m.baseURL)
+	}
+	return drive(c, d, pr, id)
 }
 
 // drive takes the run forward until it ends, then prints its report. An
@@ -196,11 +263,17 @@ func drive(c *cli.Context, d *agent.Driver, pr *eventPrinter, id string) error {
 		fmt.Fprintf(c.App.ErrWriter, "agentctl: stopped; the run goes on with: agentctl agent resume %s\n", id)
 		return err
 	}
+	if run.State == core.RunInterrupted && !pr.json {
+		fmt.Fprintf(c.App.ErrWriter, "agentctl: run %s is interrupted (%s); it goes on with: agentctl agent resume %s\n", id, run.Error, id)
+	}
 	if err != nil {
 		return err
 	}
 	if pr.json {
 		return nil
+	}
+	if run.State == core.RunInterrupted {
+		return &ExitError{Code: 1}
 	}
 	report, rerr := agent.Report(context.WithoutCancel(ctx), d.Client, run.ID)
 	if rerr != nil {
@@ -226,11 +299,11 @@ func detach(c *cli.Context, run core.Run) error {
 	if ca := c.String("ca"); ca != "" {
 		args = append(args, "--ca", ca)
 	}
-	args = append(args, "agent", "resume", "--quiet", "--provider", c.String("provider"), "--model", run.Model)
-	for _, f := range []string{"base-url", "prices"} {
-		if v := c.String(f); v != "" {
-			args = append(args, "--"+f, v)
-		}
+	// The run records its provider, model and base URL: the resume goes on
+	// with them.
+	args = append(args, "agent", "resume", "--quiet", "--lease", c.Duration("lease").String(), "--exec-wait", c.Duration("exec-wait").String())
+	if v := c.String("prices"); v != "" {
+		args = append(args, "--prices", v)
 	}
 	if c.Bool("no-stream") {
 		args = append(args, "--no-stream")
@@ -277,11 +350,18 @@ func agentList(c *cli.Context) error {
 	return output(c, runs, func(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tSTATE\tSTEPS\tTOKENS\tCOST\tSTARTED\tTASK")
+		var interrupted []string
 		for _, r := range runs {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t$%.4f\t%s\t%s\n", r.ID, r.State, r.Steps, r.InputTokens+r.OutputTokens, r.Cost,
 				r.Created.Format(time.RFC3339), agent.OneLine(r.Task, 60))
+			if r.State == core.RunInterrupted {
+				interrupted = append(interrupted, r.ID)
+			}
 		}
 		tw.Flush()
+		for _, id := range interrupted {
+			fmt.Fprintf(w, "%s is interrupted; it goes on with: agentctl agent resume %s (or stops with agentctl agent cancel %s)\n", id, id, id)
+		}
 	})
 }
 
@@ -304,7 +384,14 @@ func agentShow(c *cli.Context) error {
 		if r.Error != "" {
 			fmt.Fprintf(w, "  %s\n", r.Error)
 		}
-		fmt.Fprintf(w, "task: %s\nmodel: %s %s\nsteps: %d, tokens: %d in + %d out, cost $%.4f\n\n", r.Task, r.Provider, r.Model,
+		if r.State == core.RunInterrupted {
+			fmt.Fprintf(w, "  it goes on with: agentctl agent resume %s\n", r.ID)
+		}
+		server := r.BaseURL
+		if server == "" {
+			server = "the provider's own server"
+		}
+		fmt.Fprintf(w, "task: %s\nmodel: %s %s at %s\nsteps: %d, tokens: %d in + %d out, cost $%.4f\n\n", r.Task, r.Provider, r.Model, server,
 			r.Steps, r.InputTokens, r.OutputTokens, r.Cost)
 		for _, st := range detail.Steps {
 			fmt.Fprintln(w, stepLine(st))
@@ -328,9 +415,12 @@ func stepLine(st core.Step) string {
 			st.InputTokens, st.OutputTokens, st.Cost, strings.Join(calls, " "))
 	}
 	res := agent.OneLine(st.Text, 80)
-	if st.ExitCode != nil {
+	switch {
+	case st.ExitCode != nil:
 		res = fmt.Sprintf("exit %d", *st.ExitCode)
-	} else if st.IsError {
+	case agent.StepRunning(st):
+		res = "still running as exec " + st.ExecID
+	case st.IsError:
 		res = "error (" + st.Code + "): " + res
 	}
 	return fmt.Sprintf("%3d %s%s %s -> %s", st.Seq, st.Tool, state, argSummary(st.Tool, st.Args), res)
@@ -350,7 +440,7 @@ func agentAttach(c *cli.Context) error {
 		for _, ev := range stepEvents(st) {
 			pr.print(ev)
 		}
-		if st.Kind == core.StepTool && st.Tool == "exec" && st.State != core.StepDone {
+		if st.Kind == core.StepTool && (st.Tool == "exec" || st.Tool == "exec_wait") && st.State != core.StepDone {
 			return followStepExec(c.Context, cl, detail.Run.WSName, st, pr)
 		}
 		return nil
@@ -364,6 +454,9 @@ func agentAttach(c *cli.Context) error {
 	}
 	r := detail.Run
 	pr.print(agent.Event{Type: agent.EventEnd, Run: r.ID, State: r.State, Text: r.Error, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Cost: r.Cost})
+	if r.State == core.RunInterrupted && !pr.json {
+		fmt.Fprintf(c.App.ErrWriter, "it goes on with: agentctl agent resume %s\n", r.ID)
+	}
 	return nil
 }
 
@@ -376,26 +469,39 @@ func stepEvents(st core.Step) []agent.Event {
 		return []agent.Event{{Type: agent.EventToolCall, Run: st.Run, Seq: st.Seq, Tool: st.Tool, Args: st.Args}}
 	case st.Kind == core.StepTool:
 		return []agent.Event{{Type: agent.EventToolResult, Run: st.Run, Seq: st.Seq, Tool: st.Tool, Args: st.Args, Text: st.Text,
-			IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev}}
+			IsError: st.IsError, Code: st.Code, ExitCode: st.ExitCode, Rev: st.Rev, ExecID: st.ExecID, Running: agent.StepRunning(st)}}
 	}
 	return nil
 }
 
-// followStepExec shows the output of the exec a tool step runs, found in
-// the journal by the step's idempotency key, until it ends.
+// followStepExec shows the output of the exec a tool step runs (found in
+// the journal by the step's idempotency key) or waits for (exec_wait's
+// id, from its offset), until it ends.
 func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.Step, pr *eventPrinter) error {
+	show := func(ev wire.ExecEvent) error {
+		if ev.Type == "output" {
+			pr.print(agent.Event{Type: agent.EventOutput, Run: st.Run, Seq: st.Seq, Stream: ev.Stream, Text: string(ev.Bytes())})
+		}
+		return nil
+	}
+	if st.Tool == "exec_wait" {
+		var a struct {
+			ID     string `json:"id"`
+			Offset int64  `json:"offset"`
+		}
+		if json.Unmarshal(st.Args, &a) != nil || a.ID == "" || a.Offset < 0 {
+			return nil
+		}
+		_, err := cl.FollowExecFor(ctx, ws, a.ID, a.Offset, -1, show)
+		return err
+	}
 	for {
 		e, found, err := stepExec(ctx, cl, ws, st)
 		if err != nil {
 			return err
 		}
 		if found {
-			_, err := cl.FollowExec(ctx, ws, e.ID, func(ev wire.ExecEvent) error {
-				if ev.Type == "output" {
-					pr.print(agent.Event{Type: agent.EventOutput, Run: st.Run, Seq: st.Seq, Stream: ev.Stream, Text: string(ev.Bytes())})
-				}
-				return nil
-			})
+			_, err := cl.FollowExec(ctx, ws, e.ID, show)
 			return err
 		}
 		// Not started yet, or its driver died before it began: stop
@@ -404,7 +510,7 @@ func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.S
 		if err != nil {
 			return err
 		}
-		if len(detail.Steps) >= st.Seq && detail.Steps[st.Seq-1].State == core.StepDone || detail.Run.State.Final() {
+		if len(detail.Steps) >= st.Seq && detail.Steps[st.Seq-1].State == core.StepDone || detail.Run.State != core.RunRunning {
 			return nil
 		}
 		select {
@@ -415,53 +521,60 @@ func followStepExec(ctx context.Context, cl *client.Client, ws string, st core.S
 	}
 }
 
-// agentCancel marks the run cancelled and kills the command it is
-// running, if any, so that the run ends now rather than when the command
-// does.
+// agentCancel marks the run cancelled and kills the commands it left
+// running, if any, so that the run ends now rather than when they do. A
+// run no driver takes forward (interrupted) is cancelled at once.
 func agentCancel(c *cli.Context) error {
 	cl := clientOf(c)
-	run, err := cl.CancelRun(c.Context, c.Args().First())
+	id := c.Args().First()
+	before, err := cl.Run(c.Context, id)
 	if err != nil {
 		return err
 	}
-	killed := ""
-	if !run.State.Final() {
-		if killed, err = killStepExec(c.Context, cl, run); err != nil {
+	run, err := cl.CancelRun(c.Context, id)
+	if err != nil {
+		return err
+	}
+	var killed []string
+	if !before.Run.State.Final() {
+		if killed, err = killRunExecs(c.Context, cl, run); err != nil {
 			return err
 		}
 	}
-	return output(c, map[string]any{"run": run, "killed_exec": killed}, func(w io.Writer) {
+	return output(c, map[string]any{"run": run, "killed_execs": killed}, func(w io.Writer) {
 		switch {
-		case run.State.Final():
+		case before.Run.State.Final():
 			fmt.Fprintf(w, "run %s had ended: %s\n", run.ID, run.State)
-		case killed != "":
-			fmt.Fprintf(w, "run %s: cancel asked; its command (exec %s) killed; it stops before its next step\n", run.ID, killed)
+		case run.State.Final():
+			fmt.Fprintf(w, "run %s: cancelled\n", run.ID)
 		default:
 			fmt.Fprintf(w, "run %s: cancel asked; it stops before its next step\n", run.ID)
+		}
+		if len(killed) > 0 {
+			fmt.Fprintf(w, "killed its commands still running: exec %s\n", strings.Join(killed, ", "))
 		}
 	})
 }
 
-// killStepExec kills the exec of run's last step if that step is an exec
-// in flight, found in the journal by the step's idempotency key; it
-// returns the exec's id ("" if there was none running).
-func killStepExec(ctx context.Context, cl *client.Client, run core.Run) (string, error) {
-	detail, err := cl.Run(ctx, run.ID)
-	if err != nil || len(detail.Steps) == 0 {
-		return "", err
+// killRunExecs kills the execs of run's steps that still run (found in
+// the exec journal by the steps' idempotency keys: an exec answered as
+// still running goes on past its step), and returns their ids.
+func killRunExecs(ctx context.Context, cl *client.Client, run core.Run) ([]string, error) {
+	execs, err := cl.Execs(ctx, run.WSName, 100)
+	if err != nil {
+		return nil, err
 	}
-	st := detail.Steps[len(detail.Steps)-1]
-	if st.Kind != core.StepTool || st.Tool != "exec" || st.State == core.StepDone {
-		return "", nil
+	var killed []string
+	for _, e := range execs {
+		if e.State != core.ExecRunning || !strings.HasPrefix(e.Key, run.ID+"/") {
+			continue
+		}
+		if err := cl.KillExec(ctx, run.WSName, e.ID); err != nil && !errors.Is(err, core.ErrInvalidArgument) {
+			return killed, err // (invalid: it ended meanwhile)
+		}
+		killed = append(killed, e.ID)
 	}
-	e, found, err := stepExec(ctx, cl, run.WSName, st)
-	if err != nil || !found || e.State != core.ExecRunning {
-		return "", err
-	}
-	if err := cl.KillExec(ctx, run.WSName, e.ID); err != nil && !errors.Is(err, core.ErrInvalidArgument) {
-		return "", err // (invalid: it ended meanwhile)
-	}
-	return e.ID, nil
+	return killed, nil
 }
 
 // stepExec finds the exec a run's tool step started, by the step's
@@ -630,7 +743,7 @@ func (p *eventPrinter) print(ev agent.Event) {
 			fmt.Fprintf(p.w, "%s%s\n", ev.Text, mark)
 		}
 		endLine()
-		fmt.Fprintf(p.errw, "  [turn %d: %d+%d tokens, $%.4f]\n", ev.Seq, ev.InputTokens, ev.OutputTokens, ev.Cost)
+		fmt.Fprintf(p.errw, "  [step %d: %d+%d tokens, $%.4f]\n", ev.Seq, ev.InputTokens, ev.OutputTokens, ev.Cost)
 	case agent.EventToolCall:
 		endLine()
 		fmt.Fprintf(p.w, "▸ %s %s\n", ev.Tool, argSummary(ev.Tool, ev.Args))
@@ -647,11 +760,13 @@ func (p *eventPrinter) print(ev agent.Event) {
 		if ev.Seq != p.called {
 			fmt.Fprintf(p.w, "▸ %s %s%s\n", ev.Tool, argSummary(ev.Tool, ev.Args), mark)
 		}
-		if ev.Tool == "exec" && ev.Seq != p.output {
+		if (ev.Tool == "exec" || ev.Tool == "exec_wait") && ev.Seq != p.output {
 			// Its output was not seen as it ran: the journal's copy.
 			fmt.Fprintln(p.w, strings.TrimRight(ev.Text, "\n"))
 		}
 		switch {
+		case ev.Running:
+			fmt.Fprintf(p.w, "  still running as exec %s\n", ev.ExecID)
 		case ev.ExitCode != nil:
 			fmt.Fprintf(p.w, "  exit %d", *ev.ExitCode)
 			if ev.Rev != 0 {

@@ -164,19 +164,41 @@ func execsCmd(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return output(c, list, func(w io.Writer) {
+	views := make([]execView, len(list))
+	for i, e := range list {
+		views[i] = viewExec(e)
+	}
+	return output(c, views, func(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTARTED\tDURATION\tSTATE\tEXIT\tREV\tCOMMAND")
-		for _, e := range list {
-			rev := "-"
+		for _, e := range views {
+			rev, exit := "-", "-"
 			if e.Rev > 0 {
 				rev = fmt.Sprint(e.Rev)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Started.Format("15:04:05"), e.Duration().Round(time.Millisecond),
-				e.State, e.ExitCode, rev, commandLine(e.Argv))
+			if e.ExitCode != nil {
+				exit = fmt.Sprint(*e.ExitCode)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Started.Format("15:04:05"), e.Duration().Round(time.Millisecond),
+				e.State, exit, rev, commandLine(e.Argv))
 		}
 		tw.Flush()
 	})
+}
+
+// execView is a journal record as agentctl shows it: an exec that has
+// not ended has no exit code yet (the record's 0 is no status).
+type execView struct {
+	core.Exec
+	ExitCode *int `json:"exit_code,omitempty"`
+}
+
+func viewExec(e core.Exec) execView {
+	v := execView{Exec: e}
+	if !e.Ended.IsZero() {
+		v.ExitCode = &e.ExitCode
+	}
+	return v
 }
 
 func commandLine(argv []string) string {

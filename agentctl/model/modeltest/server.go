@@ -64,6 +64,11 @@ type Step struct {
 	// StreamError, with CutAfter, sends the provider's error event with
 	// this message (an overload mid-answer, say) and ends the stream.
 	StreamError string
+
+	// Reading, when set, makes the answer from the request's body (the
+	// conversation so far) instead: a model that reads what its tools
+	// answered, such as an id to pass on.
+	Reading func(body []byte) Step
 }
 
 // Reply is a step that answers with text.
@@ -219,6 +224,9 @@ func (s *Server) serve(w wire) http.HandlerFunc {
 		}
 		s.mu.Unlock()
 
+		if ok && st.Reading != nil {
+			st = st.Reading(body)
+		}
 		if !ok {
 			// Errorf, not Fatalf: this is not the test's goroutine. A 400
 			// so that the client gives up at once.
