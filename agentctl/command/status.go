@@ -23,7 +23,7 @@ type statusReport struct {
 	Server     string            `json:"server"`                // the URL agentctl calls
 	ServerFrom string            `json:"server_from"`           // where that URL came from
 	Agentctl   string            `json:"agentctl"`              // agentctl's version
-	Computerd  *wire.VersionInfo `json:"computerd"`             // its answer; nil when it did not answer
+	Computerd  *wire.VersionInfo `json:"computerd"`             // its answer (GET /v1/version)
 	TokenFrom  string            `json:"token_from"`            // where the token came from ("" when none)
 	TokenError string            `json:"token_error,omitempty"` // why the token does not work
 }
@@ -78,8 +78,8 @@ func writeStatus(w io.Writer, rep statusReport) {
 	v := rep.Computerd
 	fmt.Fprintf(w, "server:    %s (%s)\n", rep.Server, rep.ServerFrom)
 	build := v.Version
-	if v.Revision != "" && !strings.HasPrefix(v.Revision, v.Version) {
-		build += ", commit " + v.Revision
+	if rev := v.Revision; rev != "" && !strings.HasPrefix(rev, v.Version) {
+		build += ", commit " + rev[:min(len(rev), 12)]
 	}
 	fmt.Fprintf(w, "computerd: %s (%s, API %s)\n", build, v.Go, v.API)
 	fmt.Fprintf(w, "agentctl:  %s\n", rep.Agentctl)
