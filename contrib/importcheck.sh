@@ -27,6 +27,7 @@ rules=$(cat <<RULES
 ./internal/testheap | .
 ./internal/version | .
 ./internal/clihelp | ^computerd/
+./internal/powercut | ^computerd/
 RULES
 )
 
