@@ -66,6 +66,9 @@ func tokenCommand() *cli.Command {
 				Name: "revoke", Usage: "revoke the token with ID", ArgsUsage: "ID",
 				Flags: []cli.Flag{dataFlag},
 				Action: withSharedStore(func(c *cli.Context, s *fsstore.Store) error {
+					if c.NArg() != 1 {
+						return fmt.Errorf("usage: computerd token revoke ID (computerd token ls shows the ids)")
+					}
 					return s.RevokeToken(c.Context, c.Args().First())
 				}),
 			},
