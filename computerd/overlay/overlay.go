@@ -733,7 +733,8 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, ld string) error {
 
 // writeFileSync writes a small file and makes it durable. It is written
 // under another name and renamed into place, so that a process killed
-// meanwhile leaves no file, never a part of one.
+// meanwhile leaves no file, never a part of one; the directory is synced
+// after the rename, so that a power loss cannot take the name back.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -747,7 +748,19 @@ func writeFileSync(path string, data []byte) error {
 	if err = errors.Join(err, f.Close()); err == nil {
 		err = os.Rename(tmp, path)
 	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
 	return err
+}
+
+// syncDir makes the entries of directory dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // Recovered reports what RecoverDrafts did with one draft.

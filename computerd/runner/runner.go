@@ -699,6 +699,9 @@ func (r *Runner) execute(ctx context.Context, e core.Exec, req Request, timeout 
 		ID: e.ID, Argv: e.Argv, Env: env, Cwd: e.Cwd, Stdin: stdin, WorkspaceDir: dir, WorkspaceMapped: true,
 		Limits: req.Limits, Timeout: timeout,
 	}, func(ev sandbox.Event) { out.output(ev.Stream, ev.Data) })
+	// The records written from here on say what the log holds: it is on
+	// the disk first.
+	out.sync()
 	if r.Metrics != nil && res.Duration > 0 {
 		r.Metrics.ExecStart.Observe(max(time.Since(begin)-res.Duration, 0).Seconds())
 		kind := "new"
@@ -1097,6 +1100,26 @@ func (l *outputLog) isTruncated() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cut
+}
+
+// sync makes what the log holds durable, its name included; failing, it
+// is lost (lostErr): the exec's record says its output was not all kept.
+func (l *outputLog) sync() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return
+	}
+	err := l.f.Sync()
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(filepath.Dir(l.path)); err == nil {
+			err = errors.Join(d.Sync(), d.Close())
+		}
+	}
+	if err != nil {
+		l.lost = fmt.Errorf("sync: %w", err)
+	}
 }
 
 func (l *outputLog) finish(e core.Exec) {

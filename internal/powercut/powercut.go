@@ -281,7 +281,8 @@ type Machine struct {
 	// Disk is the disk beneath.
 	Disk *Disk
 
-	loop string // the loop device, /dev/loopN
+	loop   string // the loop device, /dev/loopN
+	closed bool
 }
 
 // Start serves image (an ext4 file system, Format) as a Disk beneath
@@ -311,7 +312,12 @@ func (m *Machine) Cut(rng *rand.Rand, keep float64) (int, error) { return m.Disk
 
 // Close unmounts the file system, waits for its loop device to let go of
 // the disk and stops serving the disk. Processes using Root must be gone.
+// Closing again does nothing.
 func (m *Machine) Close() error {
+	if m.closed {
+		return nil
+	}
+	m.closed = true
 	err := unmount(m.Root, m.loop)
 	return errors.Join(err, m.Disk.Close())
 }

@@ -14,37 +14,12 @@ import (
 	"computerd/internal/powercut"
 )
 
-// MustMachine formats an ext4 image of size bytes in a temporary
-// directory and starts a Machine on it, skipping where that cannot be.
-func MustMachine(tb testing.TB, size int64) (*powercut.Machine, string) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root, /dev/fuse and loop devices")
-	}
-	dir := tb.TempDir()
-	image := filepath.Join(dir, "image")
-	if err := powercut.Format(image, size); err != nil {
-		tb.Fatal(err)
-	}
-	m, err := powercut.Start(image, filepath.Join(dir, "m"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m, image
-}
-
 // TestCutKeepsWhatWasFlushed writes a file and fsyncs it, writes another
 // out to the disk without a flush, cuts the power, and boots the image:
 // the first is there, the second is not, nor what was written after the
 // cut.
 func TestCutKeepsWhatWasFlushed(t *testing.T) {
-	m, image := MustMachine(t, 64<<20)
-	closed := false
-	defer func() {
-		if !closed {
-			m.Close()
-		}
-	}()
+	m, image := powercut.MustStart(t, 64<<20)
 	kept := bytes.Repeat([]byte("kept "), 5000)
 	// sync: fsync the file and the directory; otherwise the file's data
 	// is only written out (sync_file_range), reaching the disk's cache.
@@ -90,20 +65,7 @@ func TestCutKeepsWhatWasFlushed(t *testing.T) {
 	}
 	// What the kernel writes and flushes now (unmounting) must not count.
 	write("after", []byte("after the cut"), true)
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	closed = true
-	boot := t.TempDir()
-	unmount, err := powercut.Mount(image, boot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := unmount(); err != nil {
-			t.Error(err)
-		}
-	}()
+	boot := m.MustCutAndBoot(t, image)
 	if got, err := os.ReadFile(filepath.Join(boot, "kept")); err != nil || !bytes.Equal(got, kept) {
 		t.Errorf("the fsynced file after the cut: %d bytes, %v; want its %d bytes", len(got), err, len(kept))
 	}
