@@ -29,10 +29,12 @@ deps:
 importcheck:
 	./contrib/importcheck.sh
 
-test: deps importcheck
+test: deps importcheck build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	./contrib/mcp-inspector-test.sh
+	DEMO=.demo-test PORT=17787 ./contrib/demo.sh > .demo-test.log 2>&1 || { cat .demo-test.log; exit 1; }
+	@tail -3 .demo-test.log
 
 # mcp-inspector: the MCP inspector's CLI (npm, pinned) against both
 # transports of the MCP server (make test runs it after the Go tests).
@@ -42,9 +44,11 @@ mcp-inspector:
 bench:
 	$(GO) run ./bench -suite all -json
 
-# demo: start computerd on a fresh data dir and drive a workspace with agentctl.
+# demo: computerd on a fresh data dir, driven through agentctl: files,
+# execs, history, fork and restore, kill -9, a host mount, an agent run
+# (make test runs it too).
 demo: deps build
 	./contrib/demo.sh
 
 clean:
-	rm -rf $(BIN) .demo
+	rm -rf $(BIN) .demo .demo-test .demo-test.log

@@ -104,7 +104,7 @@ type Server struct {
 	// OpenAIURL.
 	URL string
 
-	tb    testing.TB
+	tb    reporter
 	srv   *httptest.Server
 	mu    sync.Mutex
 	steps []Step
@@ -126,18 +126,41 @@ func (s *Server) ByTurn() *Server {
 	return s
 }
 
+// reporter hears of requests the script cannot answer (a testing.TB).
+type reporter interface {
+	Errorf(format string, args ...any)
+}
+
 // New starts a server that answers with steps in order; tb.Cleanup closes it.
 func New(tb testing.TB, steps ...Step) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, steps: steps}
+	s := start(tb, steps)
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a server outside a test (a demo's scripted model), which
+// reports what it cannot answer to log; Close stops it.
+func Start(log func(format string, args ...any), steps ...Step) *Server {
+	return start(logReporter(log), steps)
+}
+
+type logReporter func(format string, args ...any)
+
+func (l logReporter) Errorf(format string, args ...any) { l(format, args...) }
+
+func start(r reporter, steps []Step) *Server {
+	s := &Server{tb: r, steps: steps}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.serve(openAIWire{}))
 	mux.HandleFunc("POST /v1/messages", s.serve(anthropicWire{}))
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL
-	tb.Cleanup(s.srv.Close)
 	return s
 }
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
 
 // OpenAIURL is the base URL for an OpenAI client: the root plus /v1.
 func (s *Server) OpenAIURL() string { return s.URL + "/v1" }
