@@ -71,7 +71,7 @@ func owner(tenant string) string { return strings.TrimPrefix(tenant, draftTenant
 
 // Usage returns what tenant holds.
 func (s *Store) Usage(ctx context.Context, tenant string) (Usage, error) {
-	return s.usageOn(ctx, s.rdb, tenant)
+	return s.usageOn(ctx, s.rq, tenant)
 }
 
 func (s *Store) usageOn(ctx context.Context, db rowQuerier, tenant string) (Usage, error) {
@@ -88,7 +88,7 @@ func (s *Store) usageOn(ctx context.Context, db rowQuerier, tenant string) (Usag
 
 // QuotaOf returns the quota in force for tenant: its setting over DefaultQuota.
 func (s *Store) QuotaOf(ctx context.Context, tenant string) (Quota, error) {
-	set, err := s.quotaSetting(ctx, s.rdb, tenant)
+	set, err := s.quotaSetting(ctx, s.rq, tenant)
 	return set.over(s.DefaultQuota), err
 }
 
@@ -104,7 +104,7 @@ func (q QuotaSetting) over(def Quota) Quota {
 
 // QuotaSetting returns tenant's own quota (SetQuota).
 func (s *Store) QuotaSetting(ctx context.Context, tenant string) (QuotaSetting, error) {
-	return s.quotaSetting(ctx, s.rdb, tenant)
+	return s.quotaSetting(ctx, s.rq, tenant)
 }
 
 func (s *Store) quotaSetting(ctx context.Context, db rowQuerier, tenant string) (QuotaSetting, error) {
@@ -180,7 +180,7 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 		if t.Usage, err = s.Usage(ctx, n); err != nil {
 			return nil, err
 		}
-		if t.Setting, err = s.quotaSetting(ctx, s.rdb, n); err != nil {
+		if t.Setting, err = s.quotaSetting(ctx, s.rq, n); err != nil {
 			return nil, err
 		}
 		t.Quota = t.Setting.over(s.DefaultQuota)
@@ -205,7 +205,7 @@ func (t *wtx) storedBytes(tenant string) (int64, error) { return t.s.storedTotal
 
 func (s *Store) storedTotal(ctx context.Context, tenant string) (int64, error) {
 	var n int64
-	err := s.wconn.QueryRowContext(ctx, `SELECT COALESCE((SELECT bytes + records FROM tenant_usage WHERE tenant = ?), 0)`, tenant).Scan(&n)
+	err := s.wq.QueryRowContext(ctx, `SELECT COALESCE((SELECT bytes + records FROM tenant_usage WHERE tenant = ?), 0)`, tenant).Scan(&n)
 	return n, wrapDB("usage", err)
 }
 
@@ -230,7 +230,7 @@ func (s *Store) writeMetered(ctx context.Context, tenant string, fn func() error
 // checkTotal fails with core.ErrQuota when what tenant stores grew from
 // before to more than its byte quota; in the writer's transaction.
 func (s *Store) checkTotal(ctx context.Context, tenant string, before int64) error {
-	set, err := s.quotaSetting(ctx, s.wconn, tenant)
+	set, err := s.quotaSetting(ctx, s.wq, tenant)
 	if err != nil {
 		return err
 	}

@@ -115,7 +115,7 @@ func (s *Store) CheckToken(ctx context.Context, secret string) (Token, error) {
 	if !strings.HasPrefix(secret, TokenPrefix) {
 		return Token{}, core.ErrBadToken
 	}
-	t, err := scanToken(s.rdb.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_ns IS NULL`, tokenHash(secret)))
+	t, err := scanToken(s.rq.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_ns IS NULL`, tokenHash(secret)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, core.ErrBadToken
 	}

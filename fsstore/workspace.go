@@ -172,12 +172,12 @@ func (s *Store) checkRev(ctx context.Context, db rowQuerier, w core.Workspace, r
 
 // WorkspaceByID returns a live workspace.
 func (s *Store) WorkspaceByID(ctx context.Context, id int64) (core.Workspace, error) {
-	return s.liveWorkspace(ctx, s.rdb, id)
+	return s.liveWorkspace(ctx, s.rq, id)
 }
 
 // Workspace returns the tenant's live workspace called name.
 func (s *Store) Workspace(ctx context.Context, tenant, name string) (core.Workspace, error) {
-	w, err := scanWorkspace(s.rdb.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE tenant = ? AND name = ? AND deleted_ns IS NULL`, tenant, name))
+	w, err := scanWorkspace(s.rq.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE tenant = ? AND name = ? AND deleted_ns IS NULL`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, fmt.Errorf("workspace %q: %w", name, core.ErrWorkspaceNotFound)
 	}
