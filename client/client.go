@@ -616,6 +616,17 @@ func (c *Client) Execs(ctx context.Context, ws string, limit int) ([]core.Exec, 
 	return out, c.Call(ctx, "GET", p, q, nil, &out)
 }
 
+// Undelivered lists a workspace's execs whose writes have not reached the
+// home yet (an executor's pending execs), oldest first.
+func (c *Client) Undelivered(ctx context.Context, ws string) ([]core.Exec, error) {
+	p, err := wsPath(ws, "/execs")
+	if err != nil {
+		return nil, err
+	}
+	var out []core.Exec
+	return out, c.Call(ctx, "GET", p, url.Values{"undelivered": {"1"}}, nil, &out)
+}
+
 // ExecRecord returns one exec's journal record.
 func (c *Client) ExecRecord(ctx context.Context, ws, id string) (core.Exec, error) {
 	var out core.Exec

@@ -55,6 +55,7 @@ func TestRefusesBadSegments(t *testing.T) {
 		"Attach":      func(v string) error { _, err := c.Attach(ctx, v, body(), client.AttachOptions{}); return err },
 		"Exec":        func(v string) error { _, err := c.Exec(ctx, v, wire.ExecRequest{Argv: []string{"true"}}, nil); return err },
 		"Execs":       func(v string) error { _, err := c.Execs(ctx, v, 0); return err },
+		"Undelivered": func(v string) error { _, err := c.Undelivered(ctx, v); return err },
 		"Mount":       func(v string) error { _, err := c.Mount(ctx, v, "/mnt/x"); return err },
 		"CreateRun":   func(v string) error { _, err := c.CreateRun(ctx, v, wire.CreateRun{}); return err },
 		"Runs":        func(v string) error { _, err := c.Runs(ctx, v, 0); return err },

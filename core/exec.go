@@ -50,10 +50,11 @@ type Exec struct {
 	Draft      int64    `json:"draft,omitempty"`    // the draft holding its writes while it runs
 	Error      string   `json:"error,omitempty"`
 	Executor   string   `json:"executor,omitempty"` // where it ran, when not here
-	// On an executor: the home revision the command started from, and the
-	// state it ended in while its changes wait to reach the home (State is
-	// then pending).
+	// On an executor: the home revision the command started from (of the
+	// home's workspace HomeWS), and the state it ended in while its changes
+	// wait to reach the home (State is then pending).
 	HomeBase     int64     `json:"home_base,omitempty"`
+	HomeWS       int64     `json:"home_ws,omitempty"`
 	PendingState ExecState `json:"pending_state,omitempty"`
 }
 

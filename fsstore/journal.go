@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"computerd/core"
@@ -120,26 +121,27 @@ type execRow struct {
 	errText      string
 	executor     string
 	homeBase     int64
+	homeWS       int64
 	pendingState string
 	truncated    bool
 	outputKept   int64
 }
 
 // execCols are the execs table's columns in the order of execRow.fields.
-const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, pending_state, output_truncated, output_bytes`
+const execCols = `id, tenant, ws, ws_name, idem_key, argv, cwd, env_names, base_rev, state, started_ns, ended_ns, exit_code, signal, timed_out, stdout_bytes, stderr_bytes, rev, conflict, kept_as, draft, error, executor, home_base, home_ws, pending_state, output_truncated, output_bytes`
 
 // fields points at r's fields in the order of execCols, to scan into.
 func (r *execRow) fields() []any {
 	return []any{&r.id, &r.tenant, &r.ws, &r.wsName, &r.key, &r.argv, &r.cwd, &r.envNames, &r.baseRev, &r.state,
 		&r.startedNs, &r.endedNs, &r.exitCode, &r.signal, &r.timedOut, &r.stdoutBytes, &r.stderrBytes, &r.rev,
-		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.pendingState, &r.truncated, &r.outputKept}
+		&r.conflict, &r.keptAs, &r.draft, &r.errText, &r.executor, &r.homeBase, &r.homeWS, &r.pendingState, &r.truncated, &r.outputKept}
 }
 
 // values are r's fields in the order of execCols, to write.
 func (r *execRow) values() []any {
 	return []any{r.id, r.tenant, r.ws, r.wsName, r.key, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.outputKept}
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.homeWS, r.pendingState, r.truncated, r.outputKept}
 }
 
 func toExecRow(e core.Exec) (execRow, error) {
@@ -148,7 +150,7 @@ func toExecRow(e core.Exec) (execRow, error) {
 		argv: stringList(e.Argv), cwd: e.Cwd, envNames: stringList(e.EnvNames), baseRev: e.BaseRev,
 		startedNs: e.Started.UnixNano(), exitCode: e.ExitCode, signal: e.Signal, timedOut: e.TimedOut,
 		stdoutBytes: e.StdoutBytes, stderrBytes: e.StderrBytes, rev: e.Rev, conflict: stringList(e.Conflict),
-		keptAs: e.KeptAs, draft: e.Draft, errText: e.Error, executor: e.Executor, homeBase: e.HomeBase,
+		keptAs: e.KeptAs, draft: e.Draft, errText: e.Error, executor: e.Executor, homeBase: e.HomeBase, homeWS: e.HomeWS,
 		truncated: e.OutputTruncated, outputKept: e.OutputKept,
 	}
 	if !e.Ended.IsZero() {
@@ -167,7 +169,7 @@ func (r execRow) exec() (core.Exec, error) {
 		ID: r.id, Tenant: r.tenant, WS: r.ws, WSName: r.wsName, Key: r.key.String, Cwd: r.cwd, BaseRev: r.baseRev,
 		Started: time.Unix(0, r.startedNs), ExitCode: r.exitCode, Signal: r.signal, TimedOut: r.timedOut,
 		StdoutBytes: r.stdoutBytes, StderrBytes: r.stderrBytes, Rev: r.rev, KeptAs: r.keptAs, Draft: r.draft,
-		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase, OutputTruncated: r.truncated, OutputKept: r.outputKept,
+		Error: r.errText, Executor: r.executor, HomeBase: r.homeBase, HomeWS: r.homeWS, OutputTruncated: r.truncated, OutputKept: r.outputKept,
 	}
 	if r.endedNs != 0 {
 		e.Ended = time.Unix(0, r.endedNs)
@@ -217,16 +219,16 @@ func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
 		return err
 	}
 	if insert {
-		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.values()...)
+		_, err = s.wconn.ExecContext(ctx, `INSERT INTO execs(`+execCols+`) VALUES (`+placeholders(len(r.values()))+`)`, r.values()...)
 		return wrapDB("record exec", err)
 	}
 	// The identity (id, tenant, workspace, idempotency key) never changes.
 	res, err := s.wconn.ExecContext(ctx, `UPDATE execs SET ws_name = ?, argv = ?, cwd = ?, env_names = ?, base_rev = ?, state = ?,
 		started_ns = ?, ended_ns = ?, exit_code = ?, signal = ?, timed_out = ?, stdout_bytes = ?, stderr_bytes = ?, rev = ?,
-		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, pending_state = ?, output_truncated = ?, output_bytes = ? WHERE id = ?`,
+		conflict = ?, kept_as = ?, draft = ?, error = ?, executor = ?, home_base = ?, home_ws = ?, pending_state = ?, output_truncated = ?, output_bytes = ? WHERE id = ?`,
 		r.wsName, r.argv, r.cwd, r.envNames, r.baseRev, r.state,
 		r.startedNs, r.endedNs, r.exitCode, r.signal, r.timedOut, r.stdoutBytes, r.stderrBytes, r.rev,
-		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.pendingState, r.truncated, r.outputKept, r.id)
+		r.conflict, r.keptAs, r.draft, r.errText, r.executor, r.homeBase, r.homeWS, r.pendingState, r.truncated, r.outputKept, r.id)
 	if err != nil {
 		return wrapDB("update exec", err)
 	}
@@ -234,6 +236,11 @@ func (s *Store) putExec(ctx context.Context, e core.Exec, insert bool) error {
 		return fmt.Errorf("exec %s: %w", e.ID, core.ErrNotFound)
 	}
 	return nil
+}
+
+// placeholders is n comma-separated question marks, for an INSERT's VALUES.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 type querier interface {
@@ -276,6 +283,12 @@ func (s *Store) Execs(ctx context.Context, tenant string, ws int64, limit int) (
 		limit = -1
 	}
 	return s.execList(ctx, `WHERE ws = ? AND tenant = ? ORDER BY started_ns DESC LIMIT ?`, ws, tenant, limit)
+}
+
+// Undelivered lists the execs of tenant's workspace ws whose writes wait
+// to reach the home (an executor's pending execs), oldest first.
+func (s *Store) Undelivered(ctx context.Context, tenant string, ws int64) ([]core.Exec, error) {
+	return s.execList(ctx, `WHERE ws = ? AND tenant = ? AND state = ? ORDER BY started_ns`, ws, tenant, execStates[core.ExecPending])
 }
 
 // ExecsInState lists every exec in state (running ones after a crash, pending pushes).

@@ -72,7 +72,7 @@ func (s *Store) applyOrKeep(ctx context.Context, ws int64, from int64, ops opLis
 			err := s.checkConflict(ctx, t, info.Base, ops)
 			if errors.As(err, &ce) {
 				out.Conflict = ce.Paths
-				t, copyID, err = s.keepCopy(ctx, ws, ops, info, copyName, &out)
+				t, copyID, err = s.keepCopy(ctx, ws, info.Base, func(t *wtx) error { return t.applyChangeset(ops) }, ops.Len(), info, copyName, &out)
 				return err
 			}
 			if err != nil {
@@ -97,7 +97,7 @@ func (s *Store) applyOrKeep(ctx context.Context, ws int64, from int64, ops opLis
 	if out.Duplicate {
 		return out, nil
 	}
-	info.Base, info.HomeRev = 0, 0
+	info.Base, info.HomeRev, info.HomeWS = 0, 0, 0
 	out.Revision = t.revision(info)
 	if copyID != 0 {
 		if out.Copy, err = s.WorkspaceByID(ctx, copyID); err != nil {
@@ -110,10 +110,60 @@ func (s *Store) applyOrKeep(ctx context.Context, ws int64, from int64, ops opLis
 	return out, nil
 }
 
-// keepCopy finds or makes the conflict copy of ops (see ApplyOrKeep). It
+// KeepTreePacked keeps the tree ops build from nothing (ops as a full
+// sync pull's: parents first) as a conflict copy of ws, never applying
+// anything to ws itself: in one transaction it forks ws at its head as a
+// new workspace called copyName (copyName-2, -3, ... if the name is taken)
+// and commits there, as the copy's revision 2, that tree in place of the
+// fork's. It is for changes whose base ws no longer holds (pruned, or a
+// revision of a workspace deleted since whose name ws now has): with no
+// base, their conflicts with ws cannot be told, so all of the tree they
+// were made on is kept. Retries are idempotent by info.ExecID, as
+// ApplyOrKeep's are; Applied.Conflict stays empty.
+func (s *Store) KeepTreePacked(ctx context.Context, ws int64, ops *PackedOps, info CommitInfo, copyName string) (Applied, error) {
+	if !validWorkspaceName(copyName) {
+		return Applied{}, fmt.Errorf("conflict copy name %q: %w", copyName, core.ErrInvalidArgument)
+	}
+	all := replacedOps{ops}
+	var out Applied
+	var t *wtx
+	var copyID int64
+	err := s.write(ctx, func() error {
+		w, err := s.liveWorkspace(ctx, s.wconn, ws)
+		if err != nil {
+			return err
+		}
+		info.Base = 0
+		t, copyID, err = s.keepCopy(ctx, ws, w.Head, func(t *wtx) error { return t.applyBatch(all) }, all.Len(), info, copyName, &out)
+		return err
+	})
+	if err != nil {
+		if copyID != 0 {
+			s.wsmu.Lock()
+			delete(s.wsCache, copyID)
+			s.wsmu.Unlock()
+		}
+		return Applied{}, err
+	}
+	if out.Duplicate {
+		return out, nil
+	}
+	info.Base, info.HomeRev, info.HomeWS = 0, 0, 0
+	out.Revision = t.revision(info)
+	if out.Copy, err = s.WorkspaceByID(ctx, copyID); err != nil {
+		return out, err
+	}
+	if s.OnCommit != nil {
+		s.OnCommit(t.ws.id, out.Revision)
+	}
+	return out, nil
+}
+
+// keepCopy finds or makes the conflict copy of changes (see ApplyOrKeep):
+// a fork of ws at revision at, to which apply writes n changes. It
 // returns the transaction that writes the copy's revision, nil for a
 // duplicate, and the copy's id. The caller is in a write transaction.
-func (s *Store) keepCopy(ctx context.Context, ws int64, ops opList, info CommitInfo, copyName string, out *Applied) (*wtx, int64, error) {
+func (s *Store) keepCopy(ctx context.Context, ws, at int64, apply func(*wtx) error, n int, info CommitInfo, copyName string, out *Applied) (*wtx, int64, error) {
 	w, err := s.liveWorkspace(ctx, s.wconn, ws)
 	if err != nil {
 		return nil, 0, err
@@ -151,7 +201,7 @@ func (s *Store) keepCopy(ctx context.Context, ws int64, ops opList, info CommitI
 			return nil, 0, fmt.Errorf("keep conflicting changes: workspace %q: %w", copyName, core.ErrWorkspaceExists)
 		}
 	}
-	id, err := s.insertFork(ctx, w, info.Base, name)
+	id, err := s.insertFork(ctx, w, at, name)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -159,10 +209,10 @@ func (s *Store) keepCopy(ctx context.Context, ws int64, ops opList, info CommitI
 	if err != nil {
 		return nil, id, err
 	}
-	if err := t.applyChangeset(ops); err != nil {
+	if err := apply(t); err != nil {
 		return nil, id, err
 	}
-	t.changes = ops.Len()
-	info.Base, info.HomeRev = 0, 0
+	t.changes = n
+	info.Base, info.HomeRev, info.HomeWS = 0, 0, 0
 	return t, id, t.finish(info)
 }

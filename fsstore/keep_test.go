@@ -99,3 +99,53 @@ func TestApplyOrKeep(t *testing.T) {
 		t.Fatalf("a new workspace reads through to w: %v", err)
 	}
 }
+
+// A tree whose base is gone is kept whole as a fork of the head, never
+// applied to the workspace; a retry finds that copy.
+func TestKeepTree(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	w, err := s.CreateWorkspace(ctx, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := s.Commit(ctx, w.ID, (&core.Batch{}).WriteFile("a", []byte("home"), 0o644).WriteFile("h", []byte("h"), 0o644), fsstore.CommitInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := &fsstore.PackedOps{}
+	for _, op := range []core.Op{
+		{Kind: core.OpMkdir, Path: "d", Mode: 0o755},
+		{Kind: core.OpCreate, Path: "a", Data: []byte("mine"), Mode: 0o644},
+		{Kind: core.OpCreate, Path: "d/e", Data: []byte("e"), Mode: 0o600},
+	} {
+		if err := tree.Add(op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := fsstore.CommitInfo{Source: core.SourceExec, ExecID: "x1", Message: "make"}
+	res, err := s.KeepTreePacked(ctx, w.ID, tree, info, "w.conflict-x1")
+	if err != nil || res.Copy.Name != "w.conflict-x1" || res.Copy.BaseID != w.ID || res.Copy.BaseRev != head.Rev ||
+		res.Revision.Rev != 2 || res.Revision.ExecID != "x1" || res.Duplicate || res.Conflict != nil {
+		t.Fatalf("kept tree: %+v %v", res, err)
+	}
+	if after, _ := s.WorkspaceByID(ctx, w.ID); after.Head != head.Rev {
+		t.Fatalf("a kept tree moved the workspace from %d to %d", head.Rev, after.Head)
+	}
+	sn, err := s.Snapshot(ctx, res.Copy.ID, core.Head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"a": "mine", "d/e": "e"} {
+		if got, err := sn.ReadFile(ctx, p); err != nil || string(got) != want {
+			t.Errorf("copy's %s = %q %v, want %q", p, got, err, want)
+		}
+	}
+	if _, err := sn.Stat(ctx, "h"); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("the copy holds h, which the kept tree does not: %v", err)
+	}
+	again, err := s.KeepTreePacked(ctx, w.ID, tree, info, "w.conflict-x1")
+	if err != nil || !again.Duplicate || again.Copy.ID != res.Copy.ID || again.Revision.Rev != res.Revision.Rev {
+		t.Fatalf("retry: %+v %v, first %+v", again, err, res)
+	}
+}

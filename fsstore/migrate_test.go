@@ -197,9 +197,9 @@ func TestMigrateMirrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rev, home, err := s.Mirror(ctx, w.ID)
-		if err != nil || rev != tt.rev || home != tt.homeRev {
-			t.Errorf("mirror %s: local@%d = home@%d %v, want local@%d = home@%d", tt.name, rev, home, err, tt.rev, tt.homeRev)
+		m, err := s.Mirror(ctx, w.ID)
+		if err != nil || m.Rev != tt.rev || m.HomeRev != tt.homeRev || m.HomeWS != 0 {
+			t.Errorf("mirror %s: local@%d = home %d@%d %v, want local@%d = home@%d of an unknown workspace", tt.name, m.Rev, m.HomeWS, m.HomeRev, err, tt.rev, tt.homeRev)
 		}
 	}
 }

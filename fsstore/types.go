@@ -18,8 +18,8 @@ type CommitInfo struct {
 	Base int64
 	// HomeRev, when non-zero, records that the new revision is a mirror of
 	// this revision of a home's workspace (see Store.Mirror), in the
-	// commit's own transaction.
-	HomeRev int64
+	// commit's own transaction; HomeWS is that workspace's id at the home.
+	HomeRev, HomeWS int64
 	// Confine, when set, takes the chunk hashes of the content ops as the
 	// claims of a caller who may not hold those bytes (an API request, a
 	// sync push): each must name a chunk the workspace's tenant already

@@ -235,7 +235,7 @@ func (t *wtx) finish(info CommitInfo) error {
 		return fmt.Errorf("set head: %w", err)
 	}
 	if info.HomeRev != 0 {
-		return t.s.setMirror(t.ctx, t.ws.id, t.rev, info.HomeRev)
+		return t.s.setMirror(t.ctx, t.ws.id, Mirrored{Rev: t.rev, HomeRev: info.HomeRev, HomeWS: info.HomeWS})
 	}
 	return nil
 }

@@ -224,9 +224,14 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 		t.Fatal("the home changed when the executor died")
 	}
 	ex2 := startChild(t, exDir, "--home", home.url, "--token-file", tokenFile(t, token))
-	list, err := client.New(ex2.url, token).Execs(ctx, "w", 0)
-	if err != nil || len(list) != 1 || list[0].State != core.ExecInterrupted {
-		t.Fatalf("exec after the executor's restart: %+v %v", list, err)
+	// The restart leaves it pending; the pending-push loop delivers it.
+	var list []core.Exec
+	eventually30(t, "the interrupted exec settles", func() bool {
+		list, _ = client.New(ex2.url, token).Execs(ctx, "w", 0)
+		return len(list) == 1 && list[0].State != core.ExecPending
+	})
+	if list[0].State != core.ExecInterrupted || list[0].Rev == 0 {
+		t.Fatalf("exec after the executor's restart: %+v", list)
 	}
 	if got, _ := readAll(hc, "w", "p.txt"); got != "partial\n" {
 		t.Fatalf("the interrupted exec's write at the home: %q", got)

@@ -59,8 +59,8 @@ func TestSyncPullPush(t *testing.T) {
 		t.Fatalf("mirror equals home@%d, head is %d", st.HomeRev, e.head("w"))
 	}
 	// The store records which home revision the mirror's head equals.
-	if rev, home, err := m.Store.Mirror(ctx, st.Local.ID); err != nil || rev != st.Local.Head || home != st.HomeRev {
-		t.Fatalf("mirror state after the first pull: local@%d = home@%d %v, want local@%d = home@%d", rev, home, err, st.Local.Head, st.HomeRev)
+	if rec, err := m.Store.Mirror(ctx, st.Local.ID); err != nil || rec.Rev != st.Local.Head || rec.HomeRev != st.HomeRev || rec.HomeWS != st.HomeWS || st.HomeWS == 0 {
+		t.Fatalf("mirror state after the first pull: %+v %v, want local@%d = home %d@%d", rec, err, st.Local.Head, st.HomeWS, st.HomeRev)
 	}
 	// A second pull with nothing new moves nothing and commits nothing.
 	if st2, err := m.Pull(ctx, "w"); err != nil || st2.Bytes != 0 || st2.Requests != 1 || st2.Local.Head != st.Local.Head || st2.HomeRev != st.HomeRev {
@@ -80,8 +80,8 @@ func TestSyncPullPush(t *testing.T) {
 		revs, _ := m.Store.Log(ctx, st.Local.ID, 1)
 		t.Fatalf("pull of an unchanged tree committed local@%d: %+v", st2.Local.Head, revs)
 	}
-	if _, have, err := m.State(ctx, "w"); err != nil || have != e.head("w") {
-		t.Fatalf("mirror state: home@%d %v, want home@%d", have, err, e.head("w"))
+	if _, have, err := m.State(ctx, "w"); err != nil || have.HomeRev != e.head("w") {
+		t.Fatalf("mirror state: %+v %v, want home@%d", have, err, e.head("w"))
 	}
 	// A one-file change transfers only that file's bytes, in one round trip.
 	e.write("w", "src/a.txt", "alpha, changed\n")

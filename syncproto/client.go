@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"sync"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -37,9 +39,38 @@ func (c *Client) caller() *wire.Caller {
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
 	resp, err := c.caller().Do(ctx, wire.Request{Method: method, Path: path, Body: body})
 	if err != nil {
-		return nil, fmt.Errorf("home: %w", err)
+		return nil, homeError(err)
 	}
 	return resp, nil
+}
+
+// homeError names what went wrong on the way to the home. An answer the
+// home gave (wire's JSON error body) keeps its kind. Anything else is
+// ErrUnreachable: no answer (refused, reset, cut, timed out), or an
+// answer the home's API did not make (a bare status from an HTTP server
+// that could not read the request, a proxy's page, a gateway's 502) —
+// either way the transport failed, and says nothing of the request.
+func homeError(err error) error {
+	var we *wire.Error
+	switch {
+	case errors.As(err, &we) && !we.Foreign:
+		return fmt.Errorf("home: %w", err)
+	case errors.As(err, &we):
+		return fmt.Errorf("%w: answered %s", ErrUnreachable, we.Message)
+	case errors.Is(err, context.Canceled):
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrUnreachable, transportCause(err))
+}
+
+// transportCause is err less the method and URL net/http puts before it
+// (the URL is the home's, which the caller's message names already).
+func transportCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 func (c *Client) post(ctx context.Context, path string, in any) (*http.Response, error) {
@@ -78,8 +109,9 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 }
 
 // Mirror keeps workspaces of a local store equal to the home's: the store
-// records which home revision each mirror's head equals (fsstore's
-// Store.Mirror), in the transaction of the pull that made it.
+// records which home workspace and revision each mirror's head equals
+// (fsstore's Store.Mirror), in the transaction of the pull that made it.
+// Pulls of one workspace run one at a time.
 type Mirror struct {
 	Client *Client
 	Store  *fsstore.Store
@@ -88,43 +120,92 @@ type Mirror struct {
 	InlineMax int64
 	// Progress, if set, hears about received chunks.
 	Progress func(chunks int, bytes int64)
+
+	mu    sync.Mutex
+	pulls map[string]*pullLock // per workspace name while a pull holds or waits for it
+}
+
+// pullLock makes the pulls of one workspace run one at a time: two at
+// once would each read the mirror's head and commit on it, and the
+// second commit would conflict with the first.
+type pullLock struct {
+	sync.Mutex
+	users int // pulls holding or waiting for it, under Mirror.mu
+}
+
+// lock takes workspace ws's pull lock; the func it returns releases it.
+func (m *Mirror) lock(ws string) func() {
+	m.mu.Lock()
+	if m.pulls == nil {
+		m.pulls = map[string]*pullLock{}
+	}
+	l := m.pulls[ws]
+	if l == nil {
+		l = &pullLock{}
+		m.pulls[ws] = l
+	}
+	l.users++
+	m.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		m.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(m.pulls, ws)
+		}
+		m.mu.Unlock()
+	}
 }
 
 // PullStats describe one pull.
 type PullStats struct {
 	HomeRev  int64 // the home revision the mirror now equals
+	HomeWS   int64 // the id of the home workspace it is a revision of
 	Local    core.Workspace
 	Chunks   int   // chunks received
 	Bytes    int64 // chunk bytes received
 	Requests int   // round trips
 }
 
-// State returns the local mirror of ws and the home revision its head
-// equals (0 when it was never pulled, or changed locally since).
-func (m *Mirror) State(ctx context.Context, ws string) (core.Workspace, int64, error) {
+// State returns the local mirror of ws, the home revision its head
+// equals (0 when it was never pulled, or changed locally since) and the
+// id of the home workspace that revision is of (0: not known).
+func (m *Mirror) State(ctx context.Context, ws string) (core.Workspace, fsstore.Mirrored, error) {
 	local, err := m.Store.Workspace(ctx, m.Tenant, ws)
 	if errors.Is(err, core.ErrWorkspaceNotFound) {
 		if local, err = m.Store.CreateWorkspace(ctx, m.Tenant, ws); err != nil {
-			return local, 0, err
+			return local, fsstore.Mirrored{}, err
 		}
 	}
 	if err != nil {
-		return local, 0, err
+		return local, fsstore.Mirrored{}, err
 	}
-	rev, home, err := m.Store.Mirror(ctx, local.ID)
-	if err != nil || rev != local.Head {
-		return local, 0, err
+	rec, err := m.Store.Mirror(ctx, local.ID)
+	if err != nil || rec.Rev != local.Head {
+		return local, fsstore.Mirrored{HomeWS: rec.HomeWS}, err
 	}
-	return local, home, nil
+	return local, rec, nil
 }
 
-// Pull brings the mirror of ws up to the home's head.
+// Pull brings the mirror of ws up to the home's head. Pulls of one
+// workspace wait for each other: the second finds the mirror at the
+// head (or near it) and has little or nothing to do.
 func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
-	local, have, err := m.State(ctx, ws)
+	defer m.lock(ws)()
+	st, err := m.pull(ctx, ws)
+	if errors.Is(err, ErrCut) {
+		err = fmt.Errorf("%w: the answer was cut: %w", ErrUnreachable, err)
+	}
+	return st, err
+}
+
+func (m *Mirror) pull(ctx context.Context, ws string) (PullStats, error) {
+	local, rec, err := m.State(ctx, ws)
 	if err != nil {
 		return PullStats{}, err
 	}
-	st := PullStats{Local: local, HomeRev: have}
+	have := rec.HomeRev
+	st := PullStats{Local: local, HomeRev: have, HomeWS: rec.HomeWS}
 	inline := m.InlineMax
 	if inline <= 0 {
 		inline = DefaultInlineMax
@@ -133,7 +214,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if err != nil {
 		return st, err
 	}
-	resp, err := m.Client.post(ctx, p, PullRequest{Have: have, InlineMax: inline})
+	resp, err := m.Client.post(ctx, p, PullRequest{Have: have, WS: rec.HomeWS, InlineMax: inline})
 	st.Requests++
 	if err != nil {
 		return st, err
@@ -157,19 +238,23 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 			return st, err
 		}
 	}
+	if !hdr.Full && hdr.WS != rec.HomeWS {
+		// Only a full tree may come from a workspace the mirror does not copy.
+		return st, fmt.Errorf("%w: the home answered a pull of workspace id %d with a diff of workspace id %d", ErrMalformed, rec.HomeWS, hdr.WS)
+	}
 	if hdr.To == have && !hdr.Full {
 		return st, nil // nothing new
 	}
 	if !hdr.Full && cs.Ops.Len() == 0 {
 		// The home has new revisions but nothing the mirror lacks: record
 		// that the head equals the new home revision, and commit nothing.
-		if err := m.Store.RecordMirror(ctx, local.ID, local.Head, hdr.To); err != nil {
+		if err := m.Store.RecordMirror(ctx, local.ID, fsstore.Mirrored{Rev: local.Head, HomeRev: hdr.To, HomeWS: hdr.WS}); err != nil {
 			return st, err
 		}
-		st.HomeRev = hdr.To
+		st.HomeRev, st.HomeWS = hdr.To, hdr.WS
 		return st, nil
 	}
-	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, HomeRev: hdr.To, Message: fmt.Sprintf("pull of home@%d", hdr.To)}
+	info := fsstore.CommitInfo{Source: core.SourceSync, Tenant: m.Tenant, HomeRev: hdr.To, HomeWS: hdr.WS, Message: fmt.Sprintf("pull of home@%d", hdr.To)}
 	// The ops are committed as they came, packed: never a []core.Op.
 	if hdr.Full {
 		_, err = m.Store.ReplaceTreePacked(ctx, local.ID, cs.Ops, info)
@@ -180,7 +265,7 @@ func (m *Mirror) Pull(ctx context.Context, ws string) (PullStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("apply pull of home@%d: %w", hdr.To, err)
 	}
-	st.HomeRev = hdr.To
+	st.HomeRev, st.HomeWS = hdr.To, hdr.WS
 	st.Local, err = m.Store.WorkspaceByID(ctx, local.ID)
 	return st, err
 }
@@ -243,7 +328,7 @@ func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws stri
 	if err != nil {
 		return err
 	}
-	resp, err := m.Client.post(ctx, p, FetchRequest{From: hdr.From, To: hdr.To, Hashes: want})
+	resp, err := m.Client.post(ctx, p, FetchRequest{WS: hdr.WS, From: hdr.From, To: hdr.To, Hashes: want})
 	st.Requests++
 	if err != nil {
 		return err
@@ -262,36 +347,77 @@ func (m *Mirror) fetchMissing(ctx context.Context, up *fsstore.Uploader, ws stri
 // at revision cs.To of local) to the home, based on home revision
 // hdr.Base. A conflict is no error: the home kept the changes in a new
 // workspace, and the result's Conflict and KeptAs say so.
+//
+// An answer with BaseGone set applied nothing: the caller sends the whole
+// tree instead (PushWhole). Any error says nothing was learnt of the
+// push's fate: it may have been applied (a retry with the same push id
+// finds it) or not.
 func (m *Mirror) Push(ctx context.Context, ws string, local int64, cs *core.Changeset, hdr PushHeader) (PushResult, error) {
-	p, err := syncPath(ws, "push")
-	if err != nil {
-		return PushResult{}, err
-	}
 	sn, err := m.Store.Snapshot(ctx, local, cs.To)
 	if err != nil {
 		return PushResult{}, err
 	}
+	hdr.Whole = false
+	return m.push(ctx, ws, hdr, func(enc *Encoder) error {
+		if _, _, err := sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs); err != nil {
+			return err
+		}
+		if err := enc.Changeset(cs); err != nil {
+			return err
+		}
+		return enc.Close()
+	})
+}
+
+// PushWhole sends the whole tree of revision rev of the local workspace
+// (every chunk it names, then the ops that build it), which the home keeps
+// as a conflict copy of ws forked at its head, never applying it to ws:
+// for changes whose base the home no longer has (PushResult.BaseGone).
+// hdr is the push's, whose push id makes a retry find the copy.
+func (m *Mirror) PushWhole(ctx context.Context, ws string, local, rev int64, hdr PushHeader) (PushResult, error) {
+	sn, err := m.Store.Snapshot(ctx, local, rev)
+	if err != nil {
+		return PushResult{}, err
+	}
+	hdr.Whole = true
+	return m.push(ctx, ws, hdr, func(enc *Encoder) error {
+		_, _, err := writeTree(ctx, enc, m.Store, sn)
+		return err
+	})
+}
+
+// push streams a push of ws (hdr, then what body writes) and reads the answer.
+func (m *Mirror) push(ctx context.Context, ws string, hdr PushHeader, body func(*Encoder) error) (PushResult, error) {
+	p, err := syncPath(ws, "push")
+	if err != nil {
+		return PushResult{}, err
+	}
 	pr, pw := io.Pipe()
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		enc := NewEncoder(pw)
 		err := enc.Header(hdr)
 		if err == nil {
-			_, _, err = sendChunks(ctx, enc, chunkSource{sn: sn, chunkSize: m.Store.ChunkSizeBytes()}, cs)
-		}
-		if err == nil {
-			err = enc.Changeset(cs)
-		}
-		if err == nil {
-			err = enc.Close()
+			err = body(enc)
 		}
 		pw.CloseWithError(err)
 	}()
 	resp, err := m.Client.do(ctx, "POST", p, pr)
-	pr.Close()
+	pr.CloseWithError(errPushOver)
+	<-done // the snapshot is read no more once push returns
 	if err != nil {
 		return PushResult{}, err
 	}
 	defer resp.Body.Close()
 	var res PushResult
-	return res, json.NewDecoder(resp.Body).Decode(&res)
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		// The answer was cut: the push may have been applied or not.
+		return PushResult{}, fmt.Errorf("%w: the answer to a push was cut: %v", ErrUnreachable, err)
+	}
+	return res, nil
 }
+
+// errPushOver ends the writing of a push's body once its answer came
+// (or the request failed).
+var errPushOver = errors.New("sync: push over")

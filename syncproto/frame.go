@@ -17,13 +17,17 @@ import (
 
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/wire"
 )
 
 // Version is the protocol version this build speaks. Version 2: a
 // conflicting push is kept at the home and answered as such (PushResult),
 // where version 1 refused it with 409. Version 3: changesets may hold
 // special files (mknod ops, device numbers), which version 2 refuses.
-const Version = 3
+// Version 4: pulls and pushes name the home workspace by id, and a push
+// whose base is gone is answered BaseGone (a version 3 executor would
+// take that answer for an applied push) and sent again whole.
+const Version = 4
 
 // HeaderVersion carries the protocol version on every request and answer.
 const HeaderVersion = "Computerd-Sync-Version"
@@ -52,8 +56,27 @@ const (
 // chunks followed by writes of the rest (see splitContent).
 const maxRefsPerOp = 4096
 
-// ErrMalformed marks a stream that breaks the framing rules.
-var ErrMalformed = errors.New("malformed sync stream")
+// Errors of a stream. A stream that ends early is cut, not malformed: it
+// says nothing of its content, only of the transport (a connection closed
+// or reset, a body that stopped arriving), so the sender may send it again.
+var (
+	// ErrMalformed marks a stream that breaks the framing rules.
+	ErrMalformed = errors.New("malformed sync stream")
+	// ErrCut marks a stream that ended, or failed to read, before its
+	// trailer; it wraps the read's own error (io.ErrUnexpectedEOF, a
+	// deadline passing, a reset connection).
+	ErrCut = errors.New("sync stream cut")
+	// ErrUnreachable marks a call to the home that got no answer of the
+	// home's own (refused, reset, cut, timed out, or answered by something
+	// else on the way): a transport failure, which a retry may get past.
+	// It is wire.ErrUnavailable to a caller of the executor's API (503).
+	ErrUnreachable error = unreachable{}
+)
+
+type unreachable struct{}
+
+func (unreachable) Error() string        { return "home unreachable" }
+func (unreachable) Is(target error) bool { return target == wire.ErrUnavailable }
 
 // Trailer ends a stream with totals the receiver checks.
 type Trailer struct {
@@ -261,17 +284,20 @@ func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
 }
 
+// cut is ErrCut at where, keeping the read's error (its cause: a deadline,
+// a reset) for errors.Is and errors.As.
+func cut(where string, err error) error {
+	return fmt.Errorf("%w %s: %w", ErrCut, where, err)
+}
+
 // next reads one frame; the payload is valid until the next call.
 func (d *Decoder) next() (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(d.r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return 0, nil, malformed("stream ended before its trailer")
+			return 0, nil, cut("before its trailer", io.ErrUnexpectedEOF)
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, nil, malformed("stream cut inside a frame header")
-		}
-		return 0, nil, err
+		return 0, nil, cut("inside a frame header", err)
 	}
 	kind, n := hdr[0], binary.BigEndian.Uint32(hdr[1:])
 	limit := uint32(MaxJSON)
@@ -295,7 +321,7 @@ func (d *Decoder) next() (byte, []byte, error) {
 		start := len(d.buf)
 		d.buf = append(d.buf, make([]byte, step)...)
 		if _, err := io.ReadFull(d.r, d.buf[start:]); err != nil {
-			return 0, nil, malformed("stream cut inside a %c frame", kind)
+			return 0, nil, cut(fmt.Sprintf("inside a %c frame", kind), err)
 		}
 		remaining -= step
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"io"
+	"os"
 	"reflect"
 	"testing"
 
@@ -77,9 +79,6 @@ func TestMalformed(t *testing.T) {
 	i := bytes.Index(badHash, []byte("abc"))
 	badHash[i] = 'x'
 	for name, b := range map[string][]byte{
-		"empty":        {},
-		"truncated":    good[:len(good)-3],
-		"no trailer":   good[:bytes.LastIndexByte(good, KindEnd)],
 		"bad hash":     badHash,
 		"unknown kind": append([]byte{'Z', 0, 0, 0, 0}, good...),
 		"huge length":  {KindHeader, 0xff, 0xff, 0xff, 0xff},
@@ -92,6 +91,35 @@ func TestMalformed(t *testing.T) {
 		}
 	}
 }
+
+// A stream that ends before its trailer is cut, not malformed: the
+// transport failed, and the same stream may be sent again.
+func TestCut(t *testing.T) {
+	good := validStream(t, []byte("abc"), []byte("defg"))
+	for name, b := range map[string][]byte{
+		"empty":             {},
+		"in a frame header": good[:3],
+		"in a chunk":        good[:bytes.Index(good, []byte("defg"))+2],
+		"truncated":         good[:len(good)-3],
+		"no trailer":        good[:bytes.LastIndexByte(good, KindEnd)],
+	} {
+		_, _, _, err := decodeAll(b)
+		if !errors.Is(err, ErrCut) || errors.Is(err, ErrMalformed) || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("%s: %v, want ErrCut wrapping io.ErrUnexpectedEOF", name, err)
+		}
+	}
+	// The read's own error stays reachable: a deadline is a deadline.
+	dec := NewDecoder(io.MultiReader(bytes.NewReader(good[:bytes.Index(good, []byte("abc"))]), errReader{os.ErrDeadlineExceeded}))
+	var h map[string]any
+	dec.Header(&h)
+	if _, _, _, err := dec.Next(); !errors.Is(err, ErrCut) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a body past its deadline: %v, want ErrCut wrapping os.ErrDeadlineExceeded", err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // FuzzDecoder: any input gets an error or a well-formed result, never a panic.
 func FuzzDecoder(f *testing.F) {

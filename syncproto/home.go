@@ -27,6 +27,12 @@ type Hello struct {
 // (0: everything, as a full tree).
 type PullRequest struct {
 	Have int64 `json:"have"`
+	// WS is the id of the home workspace whose revision Have is (0: not
+	// known, a mirror pulled before version 4). A pull of a workspace of
+	// another id, or of none known, is answered with the full tree: the
+	// workspace of that name was deleted since and the name given to a
+	// new one, whose revisions have nothing to do with Have.
+	WS int64 `json:"ws_id,omitempty"`
 	// InlineMax: if the chunks the changeset needs total at most this many
 	// bytes they come in the same answer; otherwise the answer holds only
 	// the changeset and the receiver asks for the chunks it lacks (Fetch).
@@ -35,7 +41,8 @@ type PullRequest struct {
 
 // PullHeader opens a pull answer.
 type PullHeader struct {
-	From      int64 `json:"from"` // 0 for a full tree
+	WS        int64 `json:"ws_id"` // the home workspace's id: To is its revision
+	From      int64 `json:"from"`  // 0 for a full tree
 	To        int64 `json:"to"`
 	Full      bool  `json:"full"`    // ops rebuild the whole tree (apply in order, after clearing it)
 	Inline    bool  `json:"inline"`  // every chunk the ops name is in this stream
@@ -46,6 +53,7 @@ type PullHeader struct {
 // FetchRequest asks for chunks named by the changeset From..To of a
 // workspace (only those: a caller cannot read chunks it has no path to).
 type FetchRequest struct {
+	WS     int64       `json:"ws_id,omitempty"` // the pull's PullHeader.WS (0: not checked)
 	From   int64       `json:"from"`
 	To     int64       `json:"to"`
 	Hashes []core.Hash `json:"hashes"`
@@ -53,8 +61,17 @@ type FetchRequest struct {
 
 // PushHeader opens a push stream.
 type PushHeader struct {
-	PushID  string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
-	Base    int64  `json:"base"`    // the home revision the changes were made on
+	PushID string `json:"push_id"` // recorded as the revision's exec id; a retry with the same id never applies twice
+	Base   int64  `json:"base"`    // the home revision the changes were made on
+	// WS is the id of the home workspace whose revision Base is (0: not
+	// known, taken to be the workspace pushed to). A push based on another
+	// workspace (deleted since, its name now a new one's) is never applied
+	// there: it is answered BaseGone.
+	WS int64 `json:"ws_id,omitempty"`
+	// Whole: the changeset builds the whole tree from nothing (as a full
+	// pull's), and the home keeps it as a conflict copy forked at its
+	// head, never applying it to the workspace: the answer to BaseGone.
+	Whole   bool   `json:"whole,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Source of the revision: exec (default) or interrupted (the writes of
 	// a command whose executor died).
@@ -73,6 +90,11 @@ type PushResult struct {
 	// of it at the base (ConflictCopyName).
 	Conflict []string `json:"conflict,omitempty"`
 	KeptAs   string   `json:"kept_as,omitempty"`
+	// BaseGone, when set, says why nothing was applied: the push's base
+	// is no longer at the home (pruned by its retention, or a revision of
+	// a workspace deleted since). The pusher sends its whole tree instead
+	// (PushHeader.Whole), which the home keeps as a conflict copy.
+	BaseGone string `json:"base_gone,omitempty"`
 }
 
 // Home serves the sync side of a home computerd.
@@ -168,20 +190,28 @@ func eachOp(ops []core.Op) func(func(core.Op) error) error {
 // Pull writes the answer to a pull of ws (Have..head, or the full tree).
 // The changeset is read op by op from the store's diff (an
 // fsstore.DiffStream), never held whole.
+//
+// The full tree answers a pull with nothing to diff from: Have 0, a Have
+// this workspace no longer holds (pruned while the mirror was away), or a
+// mirror of another workspace of the same name (req.WS), or of one not
+// known.
 func (h *Home) Pull(ctx context.Context, w io.Writer, ws core.Workspace, req PullRequest) error {
 	sn, err := h.Store.Snapshot(ctx, ws.ID, core.Head)
 	if err != nil {
 		return err
 	}
-	if req.Have <= 0 {
-		return h.pullFull(ctx, w, sn)
+	if req.Have <= 0 || req.WS != ws.ID {
+		return h.pullFull(ctx, w, ws.ID, sn)
 	}
 	d, err := h.Store.OpenDiff(ctx, ws.ID, req.Have, sn.Rev)
+	if errors.Is(err, core.ErrUnknownRevision) {
+		return h.pullFull(ctx, w, ws.ID, sn)
+	}
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	hdr := PullHeader{From: d.From, To: d.To}
+	hdr := PullHeader{WS: ws.ID, From: d.From, To: d.To}
 	err = d.EachChunk(func(ref core.ChunkRef) error {
 		hdr.NeedBytes += int64(ref.Len)
 		hdr.NeedCount++
@@ -260,18 +290,27 @@ func sendDiffChunks(ctx context.Context, enc *Encoder, d *fsstore.DiffStream, wa
 // set was cleared is sent again (the receiver stores it once).
 const maxSentSet = 1 << 16
 
-// pullFull streams the whole tree: every chunk, then a changeset that
-// rebuilds the tree in order (parents first). The ops wait in an
-// fsstore.OpSpool (packed, on disk past a few MiB) while the chunks go.
-func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot) error {
+// pullFull streams the whole tree of workspace ws.
+func (h *Home) pullFull(ctx context.Context, w io.Writer, ws int64, sn *fsstore.Snapshot) error {
 	enc := NewEncoder(w)
-	if err := enc.Header(PullHeader{To: sn.Rev, Full: true, Inline: true}); err != nil {
+	if err := enc.Header(PullHeader{WS: ws, To: sn.Rev, Full: true, Inline: true}); err != nil {
 		return err
 	}
-	ops := h.Store.NewOpSpool()
+	nchunks, nbytes, err := writeTree(ctx, enc, h.Store, sn)
+	h.observe("pull", nchunks, nbytes)
+	return err
+}
+
+// writeTree writes, after a header, the whole tree of sn: every chunk,
+// then a changeset that rebuilds the tree in order (parents first), and
+// the trailer; it counts the chunks sent. The ops wait in an
+// fsstore.OpSpool (packed, on disk past a few MiB) while the chunks go.
+// A full pull sends this, and so does a push whose base is gone.
+func writeTree(ctx context.Context, enc *Encoder, st *fsstore.Store, sn *fsstore.Snapshot) (int, int64, error) {
+	ops := st.NewOpSpool()
 	defer ops.Close()
 	sent := map[core.Hash]bool{}
-	buf := make([]byte, h.Store.ChunkSizeBytes())
+	buf := make([]byte, st.ChunkSizeBytes())
 	var nchunks int
 	var nbytes int64
 	var content core.Content
@@ -323,20 +362,22 @@ func (h *Home) pullFull(ctx context.Context, w io.Writer, sn *fsstore.Snapshot) 
 		}
 		return err
 	})
-	h.observe("pull", nchunks, nbytes)
 	if err != nil {
-		return err
+		return nchunks, nbytes, err
 	}
 	if err := enc.ChangesetOf(0, sn.Rev, ops.Each); err != nil {
-		return err
+		return nchunks, nbytes, err
 	}
-	return enc.Close()
+	return nchunks, nbytes, enc.Close()
 }
 
 func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
 
 // Fetch streams the chunks asked for, all of them named by ws's changeset From..To.
 func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req FetchRequest) error {
+	if req.WS != 0 && req.WS != ws.ID {
+		return fmt.Errorf("fetch: workspace %s is no longer the one pulled (id %d, now %d): %w", ws.Name, req.WS, ws.ID, core.ErrUnknownRevision)
+	}
 	d, err := h.Store.OpenDiff(ctx, ws.ID, req.From, req.To)
 	if err != nil {
 		return err
@@ -347,7 +388,7 @@ func (h *Home) Fetch(ctx context.Context, w io.Writer, ws core.Workspace, req Fe
 		want[hash] = true
 	}
 	enc := NewEncoder(w)
-	if err := enc.Header(PullHeader{From: req.From, To: req.To, Inline: true}); err != nil {
+	if err := enc.Header(PullHeader{WS: ws.ID, From: req.From, To: req.To, Inline: true}); err != nil {
 		return err
 	}
 	n, bytes, err := sendDiffChunks(ctx, enc, d, want, h.Store.ChunkSizeBytes())
@@ -454,15 +495,31 @@ func (h *Home) Push(ctx context.Context, r io.Reader, ws core.Workspace, tenant 
 	if cs.Ops.Len() == 0 {
 		return PushResult{}, nil
 	}
-	// A conflict is kept here, in the push's own transaction, rather than
-	// left to the pusher: an executor would need the API (and two more
-	// round trips that a crash could split) to fork and push again.
-	res, err := h.Store.ApplyOrKeepPacked(ctx, ws.ID, cs.From, cs.Ops, fsstore.CommitInfo{
+	info := fsstore.CommitInfo{
 		Source: hdr.Source, Tenant: tenant, ExecID: hdr.PushID, Base: hdr.Base, Message: hdr.Message, Metered: true,
 		// A hash is no key to the home's chunks: the changeset may name
 		// only those the push sent or the tenant's workspaces hold.
 		Confine: true, Sent: up,
-	}, ConflictCopyName(ws.Name, hdr.PushID))
+	}
+	copyName := ConflictCopyName(ws.Name, hdr.PushID)
+	if hdr.Whole {
+		res, err := h.Store.KeepTreePacked(ctx, ws.ID, cs.Ops, info, copyName)
+		if err != nil {
+			return PushResult{}, err
+		}
+		return PushResult{Revision: res.Revision, Duplicate: res.Duplicate, KeptAs: res.Copy.Name}, nil
+	}
+	if hdr.WS != 0 && hdr.WS != ws.ID {
+		return PushResult{BaseGone: fmt.Sprintf("its base is revision %d of workspace id %d, deleted since; %s is now workspace id %d", hdr.Base, hdr.WS, ws.Name, ws.ID)}, nil
+	}
+	// A conflict is kept here, in the push's own transaction, rather than
+	// left to the pusher: an executor would need the API (and two more
+	// round trips that a crash could split) to fork and push again.
+	res, err := h.Store.ApplyOrKeepPacked(ctx, ws.ID, cs.From, cs.Ops, info, copyName)
+	if errors.Is(err, core.ErrUnknownRevision) {
+		// Only the base is looked up: it was pruned (or never was).
+		return PushResult{BaseGone: fmt.Sprintf("its base, revision %d of %s, is no longer kept (%v)", hdr.Base, ws.Name, err)}, nil
+	}
 	if err != nil {
 		return PushResult{}, err
 	}

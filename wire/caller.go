@@ -81,7 +81,7 @@ func decodeError(req Request, resp *http.Response) *Error {
 	e := &Error{}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if json.Unmarshal(body, e) != nil || e.Message == "" {
-		*e = Error{Message: fmt.Sprintf("%s %s: %s: %s", req.Method, req.Path, resp.Status, strings.TrimSpace(string(body)))}
+		*e = Error{Message: fmt.Sprintf("%s %s: %s: %s", req.Method, req.Path, resp.Status, strings.TrimSpace(string(body))), Foreign: true}
 	}
 	e.Status = resp.StatusCode
 	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {

@@ -148,6 +148,11 @@ type Error struct {
 	// RetryAfter is the wait the answer's Retry-After header asked for
 	// (0 without one); not part of the body.
 	RetryAfter time.Duration `json:"-"`
+	// Foreign: the answer was not the API's own (no JSON error body): a
+	// bare status from an HTTP server that could not read the request, or
+	// a proxy's page. Its code is the broadest of its status; not part of
+	// the body.
+	Foreign bool `json:"-"`
 }
 
 func (e *Error) Error() string {

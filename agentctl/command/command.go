@@ -211,7 +211,7 @@ func cmd(name, usage, args string, minArgs, maxArgs int, action cli.ActionFunc, 
 }
 
 func commands() []*cli.Command {
-	return append(append(append(append(fileCommands(), execCommands()...), mountCommands()...), agentCommands()...), mcpCommands()...)
+	return append(append(append(append(fileCommands(), withUndelivered(execCommands())...), mountCommands()...), agentCommands()...), mcpCommands()...)
 }
 
 func fileCommands() []*cli.Command {

@@ -42,7 +42,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	ws, homeRev, err := run.Workspace(r.Context(), tenantOf(r.Context()), r.PathValue("ws"))
+	ws, homeRev, homeWS, err := run.Workspace(r.Context(), tenantOf(r.Context()), r.PathValue("ws"))
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		Workspace: ws, Tenant: tenantOf(r.Context()), Argv: req.Argv, Cwd: req.Cwd, Env: req.Env,
 		Stdin: req.Stdin, Key: key, Timeout: timeout,
 		Limits:   core.Limits{Memory: req.Memory, Pids: req.Pids, CPUs: req.CPUs},
-		HomeBase: homeRev,
+		HomeBase: homeRev, HomeWS: homeWS,
 	})
 	if err != nil {
 		return err
@@ -128,7 +128,13 @@ func (s *Server) listExecs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.Store.Execs(r.Context(), ws.Tenant, ws.ID, int(limit))
+	var list []core.Exec
+	if boolParam(r, "undelivered") {
+		// An executor's execs whose writes wait to reach the home.
+		list, err = s.Store.Undelivered(r.Context(), ws.Tenant, ws.ID)
+	} else {
+		list, err = s.Store.Execs(r.Context(), ws.Tenant, ws.ID, int(limit))
+	}
 	if err != nil {
 		return err
 	}

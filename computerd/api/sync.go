@@ -1,13 +1,15 @@
 package api
 
 import (
+	"context"
 	"errors"
-	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"computerd/core"
 	"computerd/syncproto"
+	"computerd/wire"
 )
 
 // syncRoutes are the home's side of syncproto (docs/SYNC.md).
@@ -101,7 +103,7 @@ func (s *Server) syncPush(w http.ResponseWriter, r *http.Request) error {
 		s.Metrics.Pushes.WithLabelValues(pushOutcome(res, err)).Inc()
 	}
 	if err != nil {
-		if cut := bodyCut(err, "sync push"); cut != nil {
+		if cut := pushCut(r, err); cut != nil {
 			return cut
 		}
 		if errors.Is(err, syncproto.ErrMalformed) {
@@ -115,17 +117,40 @@ func (s *Server) syncPush(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, res)
 }
 
+// pushCut is the answer to a push whose body did not arrive whole: cut
+// (the connection closed or was reset mid-stream), stalled or trickling
+// past the body deadline, or given up by the client. It is a timeout
+// (408), never a malformed stream: the transport failed, nothing was
+// applied, and the same push may be sent again. nil if err is none of these.
+func pushCut(r *http.Request, err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil // over --max-upload: too large, whole or not
+	}
+	if cut := bodyCut(err, "sync push"); cut != nil {
+		return cut
+	}
+	if errors.Is(err, syncproto.ErrCut) || (r.Context().Err() != nil && errors.Is(err, context.Canceled)) {
+		return failure(wire.ErrTimeout, "sync push: the request body was cut before its end (%v); nothing was applied", err)
+	}
+	return nil
+}
+
 func pushOutcome(res syncproto.PushResult, err error) string {
 	switch {
+	case err == nil && res.BaseGone != "":
+		return "base_gone" // sent again whole by the executor
 	case err == nil && res.Duplicate:
 		return "duplicate"
-	case err == nil && len(res.Conflict) > 0:
+	case err == nil && (len(res.Conflict) > 0 || res.KeptAs != ""):
 		return "conflict" // kept as a copy (res.KeptAs)
 	case err == nil:
 		return "applied"
 	case errors.Is(err, core.ErrConflict):
 		return "conflict"
-	case errors.Is(err, syncproto.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, syncproto.ErrCut), errors.Is(err, context.Canceled), errors.Is(err, os.ErrDeadlineExceeded):
+		return "cut"
+	case errors.Is(err, syncproto.ErrMalformed):
 		return "malformed"
 	}
 	return "error"

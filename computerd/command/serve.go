@@ -52,6 +52,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "home", Usage: "run as an executor of the home computerd at this URL", EnvVars: []string{"COMPUTERD_HOME"}},
 			&cli.StringFlag{Name: "token-file", Usage: "with --home: a file holding a token of the tenant this executor serves (default: $" + wire.TokenEnv + ")"},
 			&cli.StringFlag{Name: "home-ca", Usage: "with an https --home: the certificate authorities to trust for it (PEM; default: the system's)", EnvVars: []string{"COMPUTERD_HOME_CA"}},
+			&cli.DurationFlag{Name: "home-timeout", Usage: "with --home: longest a call to the home may go without progress (connecting, sending, or waiting for its answer) before it fails and is retried", Value: daemon.DefaultHomeTimeout},
 			tokenValueFlag,
 			&cli.StringSliceFlag{Name: "mount-root", Usage: "a directory beneath which tokens with the mount scope may mount workspaces (repeatable; none: host mounts are refused)", EnvVars: []string{"COMPUTERD_MOUNT_ROOTS"}},
 			&cli.BoolFlag{Name: "no-exec", Usage: "turn sandboxed exec off"},
@@ -136,6 +137,9 @@ func serve(c *cli.Context) error {
 			return fmt.Errorf("--%s %s: want more than 0", name, c.Duration(name))
 		}
 	}
+	if d := c.Duration("home-timeout"); d <= 0 {
+		return fmt.Errorf("--home-timeout %s: want more than 0", d)
+	}
 	if r := size(c, "http-body-min-rate"); r <= 0 {
 		return fmt.Errorf("--http-body-min-rate %d: want more than 0", r)
 	}
@@ -165,6 +169,7 @@ func serve(c *cli.Context) error {
 		Home:             c.String("home"),
 		HomeToken:        homeToken,
 		HomeCA:           c.String("home-ca"),
+		HomeTimeout:      c.Duration("home-timeout"),
 		TLSCert:          c.String("tls-cert"),
 		TLSKey:           c.String("tls-key"),
 		NoExec:           c.Bool("no-exec"),

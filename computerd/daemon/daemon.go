@@ -109,6 +109,9 @@ type Config struct {
 	// HomeCA is a PEM file of the certificate authorities an executor
 	// trusts for an https Home ("": the system's roots).
 	HomeCA string
+	// HomeTimeout bounds how long an executor's call to its home may go
+	// without progress (default DefaultHomeTimeout).
+	HomeTimeout time.Duration
 	// TLSCert and TLSKey, PEM files, make the API serve HTTPS (both or
 	// neither; the metrics listener stays plain HTTP).
 	TLSCert, TLSKey string
@@ -235,7 +238,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	d.opened = true
 	if d.remote != nil {
-		if err := d.remote.check(d.Store); err != nil {
+		if err := d.remote.check(ctx, d.Store, cfg.Log); err != nil {
 			return err
 		}
 	}

@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,9 +30,13 @@ type executor struct {
 	sync  *syncproto.Client
 	proxy http.Handler
 	store *fsstore.Store
-	// transport carries every call to the home; close drops its idle
-	// connections (and their goroutines).
-	transport *http.Transport
+	// transport carries every call to the home the executor makes itself,
+	// each bounded by the home timeout (homeTransport); passOn the API
+	// calls it passes on for a client, which that client bounds. close
+	// drops their idle connections (and their goroutines).
+	transport, passOn *http.Transport
+	// away is why the home could not be reached at the start (nil: it was).
+	away error
 
 	mu sync.Mutex
 	// accepted holds when the home last accepted each token (by its
@@ -43,8 +50,14 @@ type executor struct {
 // token the home refuses is forgotten at once.
 const homeAwayGrace = time.Minute
 
+// DefaultHomeTimeout is how long an executor's call to its home may go
+// without progress (--home-timeout; docs/SYNC.md, Deadlines).
+const DefaultHomeTimeout = 30 * time.Second
+
 // newExecutor checks the home and sets the store's chunk size to the home's
-// (chunk hashes must agree); the store is not open yet.
+// (chunk hashes must agree); the store is not open yet. A home that
+// cannot be reached does not stop an executor whose data dir met it
+// before: check then takes what the store recorded of it.
 func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor, error) {
 	u, err := homeURL(cfg.Home)
 	if err != nil {
@@ -53,35 +66,70 @@ func newExecutor(ctx context.Context, cfg Config, st *fsstore.Store) (*executor,
 	if cfg.HomeToken == "" {
 		return nil, errors.New("--home needs a token of the tenant this executor serves: in a file named by --token-file, or in " + wire.TokenEnv)
 	}
-	tr, err := wire.NewTransport(cfg.HomeCA)
+	timeout := cfg.HomeTimeout
+	if timeout <= 0 {
+		timeout = DefaultHomeTimeout
+	}
+	base, err := wire.NewTransport(cfg.HomeCA)
 	if err != nil {
 		return nil, fmt.Errorf("--home-ca: %w", err)
 	}
-	x := &executor{home: u, store: st, accepted: map[[32]byte]time.Time{}, transport: tr,
-		sync: &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: tr}}}
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	x := &executor{home: u, store: st, accepted: map[[32]byte]time.Time{}, transport: homeTransport(base, timeout), passOn: base}
+	x.sync = &syncproto.Client{URL: cfg.Home, Token: cfg.HomeToken, HTTP: &http.Client{Transport: x.transport}}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if x.hello, err = x.sync.Hello(hctx); err != nil {
+	x.hello, err = x.sync.Hello(hctx)
+	switch {
+	case err == nil:
+		st.ChunkSize = int(x.hello.ChunkSize)
+	case errors.Is(err, syncproto.ErrUnreachable) && storeExists(cfg.DataDir):
+		x.away = err // check decides
+	default:
 		x.close()
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
-	st.ChunkSize = int(x.hello.ChunkSize)
 	proxy := httputil.NewSingleHostReverseProxy(u)
-	proxy.Transport = tr
+	proxy.Transport = x.passOn
 	x.proxy = proxy
 	return x, nil
 }
 
 // close drops the idle connections to the home (once the API and the
 // runner, which call it, have stopped).
-func (x *executor) close() { x.transport.CloseIdleConnections() }
+func (x *executor) close() {
+	x.transport.CloseIdleConnections()
+	x.passOn.CloseIdleConnections()
+}
 
-// check refuses a store made with another chunk size than the home's.
-func (x *executor) check(st *fsstore.Store) error {
+// check refuses a store made with another chunk size than the home's, and
+// records in the store what the handshake said of the home. When the home
+// could not be reached, it takes that record instead: the executor
+// starts, its pending pushes wait for the home, and a data dir that never
+// met its home does not start.
+func (x *executor) check(ctx context.Context, st *fsstore.Store, log *slog.Logger) error {
+	if x.away != nil {
+		h, err := st.ExecutorHome(ctx)
+		if err != nil {
+			return err
+		}
+		if h.Tenant == "" {
+			return fmt.Errorf("home %s: %w (this data dir has never reached its home: it needs the home once, for its chunk size and tenant)", x.home, x.away)
+		}
+		x.hello = syncproto.Hello{Version: syncproto.Version, ChunkSize: st.ChunkSizeBytes(), Tenant: h.Tenant}
+		log.Warn("the home cannot be reached: starting without it; pending pushes wait for it, and no exec starts until it is back",
+			"home", x.home.String(), "tenant", h.Tenant, "err", x.away)
+		return nil
+	}
 	if st.ChunkSizeBytes() != x.hello.ChunkSize {
 		return fmt.Errorf("this data dir uses %d-byte chunks, the home %d: use a fresh data dir for the executor", st.ChunkSizeBytes(), x.hello.ChunkSize)
 	}
-	return nil
+	return st.SetExecutorHome(ctx, fsstore.ExecutorHome{URL: x.home.String(), Tenant: x.hello.Tenant})
+}
+
+// storeExists reports whether dir holds a store already.
+func storeExists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "store.db"))
+	return err == nil
 }
 
 // runner is the runner's Remote: mirrors in the local store, pushes home.

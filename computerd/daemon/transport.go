@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 )
 
 // serverTLS loads the API's certificate and key (PEM files); with neither
@@ -94,4 +96,86 @@ func (w errorLogWriter) Write(p []byte) (int, error) {
 	}
 	w.log.Log(context.Background(), level, msg)
 	return len(p), nil
+}
+
+// homeTransport is base made into the pool of an executor's own calls to
+// its home (hello, token checks, pull, fetch, push): none waits longer
+// than timeout for progress. Every read and write of a connection moves
+// its deadline timeout ahead: a home that stops reading a push, stops
+// sending a pull, or holds a request without answering fails the call
+// with a timeout after that long, however large the transfer, while a
+// transfer that moves is never cut. An answer is awaited for timeout
+// plus the time the bytes the request sent may still take to arrive
+// (answerAllowance): what the executor has written may still sit in
+// buffers on the way. An idle connection is closed before its deadline
+// could pass.
+func homeTransport(base *http.Transport, timeout time.Duration) *http.Transport {
+	tr := base.Clone()
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: timeout}).DialContext
+	}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &progressConn{Conn: c, timeout: timeout}, nil
+	}
+	tr.ResponseHeaderTimeout = timeout + answerAllowance(maxInFlight)
+	tr.TLSHandshakeTimeout = timeout
+	tr.IdleConnTimeout = timeout / 2
+	return tr
+}
+
+// What the bytes of a request may still need to reach the home once the
+// executor has written them: up to maxInFlight of them sit in buffers
+// (the kernels' and any proxy's) and arrive at minHomeRate or faster. A
+// link slower than that needs a longer --home-timeout.
+const (
+	maxInFlight = 16 << 20
+	minHomeRate = 256 << 10 // bytes a second
+)
+
+// answerAllowance is how much longer than the home timeout an answer may
+// take after a request of n bytes.
+func answerAllowance(n int64) time.Duration {
+	return time.Duration(min(n, maxInFlight)) * time.Second / minHomeRate
+}
+
+// progressConn is a connection whose every read and write must make
+// progress within timeout of the last one (and an answer, within
+// timeout plus the allowance of the request's bytes).
+type progressConn struct {
+	net.Conn
+	timeout time.Duration
+	mu      sync.Mutex
+	sent    int64 // bytes written since a read last returned some
+}
+
+func (c *progressConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	c.Conn.SetReadDeadline(time.Now().Add(c.timeout + answerAllowance(c.sent)))
+	c.mu.Unlock()
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.sent = 0
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *progressConn) Write(p []byte) (int, error) {
+	now := time.Now()
+	c.Conn.SetWriteDeadline(now.Add(c.timeout))
+	n, err := c.Conn.Write(p)
+	c.mu.Lock()
+	c.sent += int64(n)
+	// A read waiting for the answer waits from the last write on.
+	c.Conn.SetReadDeadline(time.Now().Add(c.timeout + answerAllowance(c.sent)))
+	c.mu.Unlock()
+	return n, err
 }
