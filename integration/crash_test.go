@@ -85,6 +85,28 @@ type child struct {
 	cmd     *exec.Cmd
 	url     string
 	metrics string // "" unless started with --metrics-listen
+	said    *lastLines
+}
+
+// lastLines keeps the last lines a child wrote to its stderr.
+type lastLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lastLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lines = append(l.lines, line); len(l.lines) > 200 {
+		l.lines = l.lines[1:]
+	}
+}
+
+// String is the lines, the last n of them at most.
+func (l *lastLines) last(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[max(len(l.lines)-n, 0):], "\n")
 }
 
 var (
@@ -140,11 +162,13 @@ func startProcess(t *testing.T, dir string, env []string) *child {
 		}
 	})
 	urls := make(chan *child, 1)
+	said := &lastLines{} // what it said: for a start that fails, and tests that ask
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			said.add(sc.Text())
 			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
-				c := &child{cmd: cmd, url: m[1]}
+				c := &child{cmd: cmd, url: m[1], said: said}
 				if mm := metricsRE.FindStringSubmatch(sc.Text()); mm != nil {
 					c.metrics = mm[1]
 				}
@@ -159,7 +183,7 @@ func startProcess(t *testing.T, dir string, env []string) *child {
 	case c := <-urls:
 		return c
 	case <-time.After(20 * time.Second):
-		t.Fatal("computerd child did not start serving")
+		t.Fatalf("computerd child did not start serving; it said:\n%s", said.last(20))
 		return nil
 	}
 }
