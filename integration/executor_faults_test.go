@@ -456,6 +456,10 @@ func TestExecutorDeliversLeftDrafts(t *testing.T) {
 	if err != nil || done.Rev == 0 {
 		t.Fatalf("exec: %+v %v", done, err)
 	}
+	quiet, err := k.xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"true"}}, nil)
+	if err != nil || quiet.State != core.ExecExited || quiet.Rev != 0 {
+		t.Fatalf("exec that writes nothing: %+v %v", quiet, err)
+	}
 	k.link.add(fault{Match: pushes, Kind: resetRequest, At: 0, Times: 1 << 30})
 	rec, err := k.xc.Exec(ctx, "w", wire.ExecRequest{Argv: []string{"sh", "-c", "echo left > f"}}, nil)
 	if err != nil || rec.State != core.ExecPending {
@@ -480,14 +484,24 @@ func TestExecutorDeliversLeftDrafts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateDraft(ctx, mirror.ID, mirror.Head, "exec-"+done.ID); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{done.ID, quiet.ID} {
+		// A draft of an exec delivered, and one of an exec that wrote
+		// nothing (as a shelved overlay keeps).
+		if _, err := st.CreateDraft(ctx, mirror.ID, mirror.Head, "exec-"+id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st.Close()
 	k.link.clear()
 	k.startExecutor()
 	rec = k.settled("w", rec.ID, 30*time.Second)
 	k.landedOnce("w", rec, "f", "left\n")
+	if strings.Contains(rec.Error, "400 Bad Request") {
+		t.Fatalf("the delivered exec's record still says what was given up: %q", rec.Error)
+	}
+	if q, err := k.xc.ExecRecord(ctx, "w", quiet.ID); err != nil || q.State != core.ExecExited || q.Error != "" {
+		t.Fatalf("the exec that wrote nothing after the restart: %+v %v", q, err)
+	}
 	stop(t, k.ex)
 	st = fsstore.New(k.exDir)
 	if err := st.Open(ctx); err != nil {

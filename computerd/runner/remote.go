@@ -150,10 +150,10 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 	var we *wire.Error
 	switch {
 	case err == nil:
-	case errors.Is(err, core.ErrWorkspaceNotFound) && errors.As(err, &we) && !we.Foreign:
-		// The home's own answer: no workspace of that name. As at the
-		// home, where a deleted workspace's execs go with it, there is
-		// nowhere for the changes.
+	case errors.Is(err, core.ErrWorkspaceNotFound) && errors.As(err, &we) && !we.Foreign && r.homeServes(ctx, e.Tenant):
+		// The home's own answer, to the exec's tenant: no workspace of
+		// that name. As at the home, where a deleted workspace's execs
+		// go with it, there is nowhere for the changes.
 		out.gone = fmt.Sprintf("workspace %s was deleted at the home: its writes went with it", e.WSName)
 		err = nil
 	case errors.Is(err, syncproto.ErrUnreachable), errors.Is(err, wire.ErrUnavailable), errors.Is(err, wire.ErrInternal),
@@ -170,6 +170,15 @@ func (r *Runner) push(ctx context.Context, e core.Exec, draft int64, cs *core.Ch
 		r.Metrics.Pushes.WithLabelValues(pushOutcome(out, err)).Inc()
 	}
 	return out, err
+}
+
+// homeServes reports whether the home takes this executor's token for
+// tenant now: only then is its "no such workspace" about the tenant's
+// workspaces (and not about another tenant's, whose token it was given
+// since).
+func (r *Runner) homeServes(ctx context.Context, tenant string) bool {
+	h, err := r.Remote.Mirror.Client.Hello(ctx)
+	return err == nil && h.Tenant == tenant
 }
 
 func pushOutcome(out delivery, err error) string {
@@ -431,9 +440,16 @@ func (r *Runner) recoverRemote(ctx context.Context) error {
 		case e.Rev > 0 || e.KeptAs != "":
 			r.collectDraft(ctx, d, "its writes reached the home")
 			continue
+		case !r.draftWritten(ctx, d):
+			// An exec that wrote nothing (its overlay was shelved).
+			r.collectDraft(ctx, d, "it holds no writes")
+			continue
 		default:
 			e.State, e.PendingState = core.ExecPending, e.State
-			e.Error = joinErr(e.Error, "its writes had not reached the home: delivering them")
+			if i := strings.Index(e.Error, "commit: home: "); i >= 0 {
+				e.Error = strings.TrimSuffix(e.Error[:i], "; ") // what it gave up on
+			}
+			e.Error = joinErr(e.Error, waitingNote+"its writes had not reached the home")
 		}
 		e.Draft = d.ID
 		if err := r.Store.UpdateExec(ctx, e); err != nil {
@@ -442,6 +458,13 @@ func (r *Runner) recoverRemote(ctx context.Context) error {
 		r.Log.Warn("an exec's writes wait to reach the home", "id", e.ID, "draft", d.ID)
 	}
 	return nil
+}
+
+// draftWritten reports whether draft d holds writes: a commit after the
+// revision it was made at (a failure to look says yes: it is kept).
+func (r *Runner) draftWritten(ctx context.Context, d fsstore.Draft) bool {
+	w, err := r.Store.WorkspaceByID(ctx, d.ID)
+	return err != nil || w.Head > 1
 }
 
 // collectDraft deletes a draft nothing needs any more.
