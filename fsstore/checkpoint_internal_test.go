@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,37 @@ func TestUploaderIdentify(t *testing.T) {
 	}
 	if got, err := sn.ReadFile(ctx, "old"); err != nil || string(got) != "an older chunk!!" {
 		t.Fatalf("read %q %v", got, err)
+	}
+}
+
+// TestWALStartsOver commits one-file revisions back to back, with no gap
+// in which a checkpoint could find the whole WAL copied before the next
+// transaction began: the WAL must still start over, not grow by every
+// commit's pages (1,000 commits wrote ~200 MiB of frames; the file grew
+// to all of it before the writer finished the checkpointer's copies).
+func TestWALStartsOver(t *testing.T) {
+	ctx := context.Background()
+	s := New(t.TempDir())
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, err := s.CreateWorkspace(ctx, "t", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const commits = 1000
+	for i := range commits {
+		op := core.Op{Kind: core.OpCreate, Path: "f" + strconv.Itoa(i), Data: []byte(strconv.Itoa(i))}
+		if _, err := s.Commit(ctx, w.ID, &core.Batch{Ops: []core.Op{op}}, CommitInfo{Source: core.SourceAPI}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(s.Dir, "store.db-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := int64(8 * ckptEvery); fi.Size() > limit {
+		t.Errorf("after %d commits back to back the WAL holds %d MiB, want at most %d MiB: it never started over", commits, fi.Size()>>20, limit>>20)
 	}
 }

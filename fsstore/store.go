@@ -409,6 +409,11 @@ func (s *Store) inTxChunks(ctx context.Context, content int64, fn func() error) 
 // inTxSized runs fn in a transaction, counting content bytes of chunks for
 // the checkpointer, at whatever flushCommits last set.
 func (s *Store) inTxSized(ctx context.Context, content int64, fn func() error) (err error) {
+	if s.ckpt != nil && s.ckpt.finishing() {
+		// Copy what the checkpointer left, so that this transaction
+		// starts the WAL over (checkpointer.checkpoint).
+		s.wconn.ExecContext(context.WithoutCancel(ctx), "PRAGMA wal_checkpoint(PASSIVE)")
+	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return s.noSpace(fmt.Errorf("begin: %w", err))
 	}
