@@ -130,8 +130,13 @@ func pushCut(r *http.Request, err error) error {
 	if cut := bodyCut(err, "sync push"); cut != nil {
 		return cut
 	}
-	if errors.Is(err, syncproto.ErrCut) || (r.Context().Err() != nil && errors.Is(err, context.Canceled)) {
+	switch {
+	case errors.Is(err, syncproto.ErrCut):
 		return failure(wire.ErrTimeout, "sync push: the request body was cut before its end (%v); nothing was applied", err)
+	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
+		// The connection failed while the push was read (a reset, a
+		// read past its deadline): the server ended its context.
+		return failure(wire.ErrTimeout, "sync push: the connection failed before the body's end; nothing was applied")
 	}
 	return nil
 }
