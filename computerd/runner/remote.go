@@ -34,8 +34,9 @@ import (
 type Remote struct {
 	Mirror *syncproto.Mirror
 	// RetryMin and RetryMax bound the backoff of pending pushes (default
-	// 1 s, 30 s); a push the home refused (an answer of its own, such as
-	// a quota or a limit) waits RetryRefused (default 10 min) before the next try.
+	// 1 s, 30 s); after a push the home refused (an answer of its own,
+	// such as a quota or a limit) the wait starts at RetryMax and doubles
+	// up to RetryRefused (default 10 min).
 	RetryMin, RetryMax, RetryRefused time.Duration
 	// Pushers is how many pending pushes run at once (default 4), so that
 	// one slow push does not hold the others back.
@@ -125,7 +126,7 @@ type delivery struct {
 
 // errRefused marks a push the home answered with a refusal of its own
 // that may not last (a quota, a full disk, a limit, a token): it is tried
-// again, after RetryRefused.
+// again, less often (Remote.RetryRefused).
 var errRefused = errors.New("the home refused the push")
 
 // push sends an exec's changeset (read from draft) home, as a push with
