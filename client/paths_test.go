@@ -51,9 +51,12 @@ func TestRefusesBadSegments(t *testing.T) {
 		"Grep": func(v string) error {
 			return c.Grep(ctx, v, client.GrepOptions{Pattern: "x"}, func(wire.Match) error { return nil })
 		},
-		"Export":      func(v string) error { _, err := c.Export(ctx, v, client.ExportOptions{}); return err },
-		"Attach":      func(v string) error { _, err := c.Attach(ctx, v, body(), client.AttachOptions{}); return err },
-		"Exec":        func(v string) error { _, err := c.Exec(ctx, v, wire.ExecRequest{Argv: []string{"true"}}, nil); return err },
+		"Export": func(v string) error { _, err := c.Export(ctx, v, client.ExportOptions{}); return err },
+		"Attach": func(v string) error { _, err := c.Attach(ctx, v, body(), client.AttachOptions{}); return err },
+		"Exec": func(v string) error {
+			_, err := c.Exec(ctx, v, wire.ExecRequest{Argv: []string{"true"}}, nil)
+			return err
+		},
 		"Execs":       func(v string) error { _, err := c.Execs(ctx, v, 0); return err },
 		"Undelivered": func(v string) error { _, err := c.Undelivered(ctx, v); return err },
 		"Mount":       func(v string) error { _, err := c.Mount(ctx, v, "/mnt/x"); return err },

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"computerd/client"
-	daemoncmd "computerd/computerd/command"
 	"computerd/computerd/api"
+	daemoncmd "computerd/computerd/command"
 	"computerd/wire"
 )
 
