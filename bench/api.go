@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	register(Suite{Name: "api", Doc: "computerd API through agentctl: attach, export, grep of the source tree", Run: runAPI})
+	register(Suite{Name: "api", Doc: "computerd API through agentctl: attach, export, grep of the source tree; small writes, flushed and not", Run: runAPI})
 }
 
 // barAttach: attach of the Go source tree end to end under 3 s.
@@ -118,7 +118,7 @@ func runAPI(ctx context.Context, env *Env) error {
 	env.Emit(Result{Name: "api/attach_time", Value: secs(attachTime), Unit: "s",
 		Note: fmt.Sprintf("agentctl attach of %d files, %.1f MB through the API", tree.Files, float64(tree.Bytes)/1e6)}.
 		withRef("store_import_dir_s", secs(refTime)).check(barAttach))
-	return nil
+	return apiWrites(ctx, env)
 }
 
 // timeCommand runs a local command (output discarded) and times it.
