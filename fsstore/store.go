@@ -245,12 +245,15 @@ func (s *Store) open(ctx context.Context) error {
 	// The names of the files just made (the database, its WAL, the data
 	// directory itself) reach the disk before the first commit is
 	// acknowledged; SQLite fsyncs the directory only for a WAL it creates.
+	// The parent may be one the daemon's user cannot read (0711): its
+	// name for the data directory was then made long before, by someone
+	// else.
 	if !s.NoFsync {
 		if err := syncDir(s.Dir); err != nil {
 			s.closeDBs()
 			return err
 		}
-		if err := syncDir(filepath.Dir(s.Dir)); err != nil {
+		if err := syncDir(filepath.Dir(s.Dir)); err != nil && !errors.Is(err, os.ErrPermission) {
 			s.closeDBs()
 			return err
 		}
