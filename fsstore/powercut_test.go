@@ -159,6 +159,9 @@ func runPowerCuts(t *testing.T, rounds int, noFsync bool) (lost int) {
 			break // with NoFsync one cut that loses writes shows enough
 		}
 	}
+	if l.acks < 100 && !t.Failed() {
+		t.Errorf("only %d acknowledgements over the cuts: the test did not exercise much", l.acks)
+	}
 	return lost
 }
 
