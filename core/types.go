@@ -175,6 +175,9 @@ type Op struct {
 	NoReplace bool `json:"no_replace,omitempty"`
 	// Exchange makes rename swap From and Path, which must both exist.
 	Exchange bool `json:"exchange,omitempty"`
+	// Parents makes mkdir make the missing parents too, and take a
+	// directory already there as done (mkdir -p).
+	Parents bool `json:"parents,omitempty"`
 }
 
 func (op Op) String() string {

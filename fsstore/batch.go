@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"syscall"
 	"time"
 
@@ -239,6 +240,9 @@ func defaultPerm(m fs.FileMode, def uint32) uint32 {
 func (t *wtx) apply(op core.Op) error {
 	switch op.Kind {
 	case core.OpMkdir:
+		if op.Parents {
+			return t.mkdirAll(op.Path, defaultPerm(op.Mode, 0o755))
+		}
 		return t.mkdir(op.Path, defaultPerm(op.Mode, 0o755))
 	case core.OpCreate:
 		return t.create(op)
@@ -350,6 +354,23 @@ func (t *wtx) mkdir(p string, perm uint32) error {
 		return err
 	}
 	return t.add(parent, name, in)
+}
+
+// mkdirAll makes p and its missing parents; a directory already there is
+// no error (mkdir -p), anything else is.
+func (t *wtx) mkdirAll(p string, perm uint32) error {
+	parts := strings.Split(p, "/")
+	for i := range parts {
+		q := strings.Join(parts[:i+1], "/")
+		_, err := t.resolveDir(q)
+		if errors.Is(err, core.ErrNotFound) {
+			err = t.mkdir(q, perm)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *wtx) create(op core.Op) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -257,5 +258,35 @@ func TestExecHugeSparseFile(t *testing.T) {
 	buf := make([]byte, 3)
 	if _, err := f.ReadAt(buf, 1099511627000); err != nil || string(buf) != "end" || f.Size() != 1<<40 {
 		t.Fatalf("big: size %d, tail %q %v", f.Size(), buf, err)
+	}
+}
+
+// Writes that make the same missing directory at once all land: the
+// parents are made in each commit's own transaction (mkdir -p).
+func TestConcurrentWritesMakeOneParent(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, api.Limits{})
+	e.ok("ws", "create", "w")
+	cl := client.New(e.d.URL(), e.token)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := cl.Write(ctx, "w", fmt.Sprintf("new/dir/f%d", i), strings.NewReader("x"), client.WriteOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("a write into a directory another write made meanwhile: %v", err)
+		}
+	}
+	if tree := e.tree("w"); len(tree) != n+2 {
+		t.Fatalf("tree after %d writes into new/dir: %d entries: %v", n, len(tree), tree)
+	}
+	// A file in the way is still an error.
+	e.write("w", "file", "x")
+	if _, err := cl.Write(ctx, "w", "file/under", strings.NewReader("x"), client.WriteOptions{}); !errors.Is(err, core.ErrNotDir) {
+		t.Fatalf("a write beneath a file: %v, want not a directory", err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 
 	"computerd/core"
 	"computerd/fsstore"
@@ -176,19 +175,12 @@ func (s *Server) addParents(r *http.Request, ws core.Workspace, p string, b *cor
 	if dir == "." {
 		return nil
 	}
-	parts := strings.Split(dir, "/")
-	for i := range parts {
-		anc := strings.Join(parts[:i+1], "/")
-		_, err := sn.Stat(r.Context(), anc)
-		if errors.Is(err, core.ErrNotFound) {
-			for j := i; j < len(parts); j++ {
-				b.Mkdir(strings.Join(parts[:j+1], "/"), 0o755)
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	// mkdir -p in the commit's own transaction: a concurrent write that
+	// makes the same directory first is no conflict.
+	if _, err := sn.Stat(r.Context(), dir); errors.Is(err, core.ErrNotFound) {
+		b.Add(core.Op{Kind: core.OpMkdir, Path: dir, Mode: 0o755, Parents: true})
+	} else if err != nil && !errors.Is(err, core.ErrNotDir) {
+		return err
 	}
 	return nil
 }
