@@ -26,6 +26,7 @@ rules=$(cat <<RULES
 ./computerd/loopfs | ^computerd/
 ./internal/testheap | .
 ./internal/version | .
+./internal/durable | .
 ./internal/clihelp | ^computerd/
 ./internal/powercut | ^computerd/
 RULES

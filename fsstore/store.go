@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"computerd/core"
+	"computerd/internal/durable"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
@@ -249,27 +250,14 @@ func (s *Store) open(ctx context.Context) error {
 	// name for the data directory was then made long before, by someone
 	// else.
 	if !s.NoFsync {
-		if err := syncDir(s.Dir); err != nil {
+		if err := durable.SyncDir(s.Dir); err != nil {
 			s.closeDBs()
 			return err
 		}
-		if err := syncDir(filepath.Dir(s.Dir)); err != nil && !errors.Is(err, os.ErrPermission) {
+		if err := durable.SyncDir(filepath.Dir(s.Dir)); err != nil && !errors.Is(err, os.ErrPermission) {
 			s.closeDBs()
 			return err
 		}
-	}
-	return nil
-}
-
-// syncDir makes the entries of directory dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }

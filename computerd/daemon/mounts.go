@@ -18,6 +18,7 @@ import (
 	"computerd/computerd/metrics"
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/internal/durable"
 	"computerd/wire"
 )
 
@@ -178,36 +179,9 @@ func (ms *mounts) save() {
 	}
 	b, _ := json.Marshal(records)
 	os.MkdirAll(filepath.Dir(ms.record), 0o700)
-	if err := writeSynced(ms.record, b); err != nil {
+	if err := durable.WriteFile(ms.record, b); err != nil {
 		ms.log.Warn("record the host mounts", "err", err)
 	}
-}
-
-// writeSynced replaces the file at path with data: written under another
-// name, fsynced, renamed into place and its directory fsynced, so that
-// neither a crash nor a power loss leaves a part of it, or the old one
-// after this returned.
-func writeSynced(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
 
 // reserve takes dir (clean) for a mount about to be made; ms.mu is held.

@@ -30,6 +30,7 @@ import (
 	"computerd/computerd/mountinfo"
 	"computerd/core"
 	"computerd/fsstore"
+	"computerd/internal/durable"
 )
 
 // ErrKeepDraft, wrapped in an error from Options.Deliver, says the
@@ -175,7 +176,7 @@ func Open(ctx context.Context, opt Options) (_ *Layer, err error) {
 // writeRecord writes a layer's record durably.
 func writeRecord(path string, rec record) error {
 	b, _ := json.Marshal(rec)
-	if err := writeFileSync(path, b); err != nil {
+	if err := durable.WriteFile(path, b); err != nil {
 		return fmt.Errorf("overlay: %w", err)
 	}
 	return nil
@@ -729,38 +730,6 @@ func recoverLayer(ctx context.Context, st *fsstore.Store, ld string) error {
 	}
 	_, err = st.Apply(ctx, rec.Draft, cs, fsstore.CommitInfo{Source: core.SourceMount, Tenant: d.Tenant, Message: "checkpoint"})
 	return err
-}
-
-// writeFileSync writes a small file and makes it durable. It is written
-// under another name and renamed into place, so that a process killed
-// meanwhile leaves no file, never a part of one; the directory is synced
-// after the rename, so that a power loss cannot take the name back.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	return err
-}
-
-// syncDir makes the entries of directory dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
 
 // Recovered reports what RecoverDrafts did with one draft.
