@@ -122,8 +122,6 @@ func (s *Store) KeepDraft(ctx context.Context, id int64, name string) (core.Work
 	if err != nil {
 		return core.Workspace{}, err
 	}
-	s.wsmu.Lock()
-	delete(s.wsCache, id)
-	s.wsmu.Unlock()
+	s.uncache(id)
 	return s.WorkspaceByID(ctx, id)
 }

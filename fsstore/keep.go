@@ -88,9 +88,7 @@ func (s *Store) applyOrKeep(ctx context.Context, ws int64, from int64, ops opLis
 	if err != nil {
 		if copyID != 0 {
 			// Rolled back: the id may be given to another workspace.
-			s.wsmu.Lock()
-			delete(s.wsCache, copyID)
-			s.wsmu.Unlock()
+			s.uncache(copyID)
 		}
 		return Applied{}, err
 	}
@@ -139,9 +137,7 @@ func (s *Store) KeepTreePacked(ctx context.Context, ws int64, ops *PackedOps, in
 	})
 	if err != nil {
 		if copyID != 0 {
-			s.wsmu.Lock()
-			delete(s.wsCache, copyID)
-			s.wsmu.Unlock()
+			s.uncache(copyID)
 		}
 		return Applied{}, err
 	}

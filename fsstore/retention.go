@@ -291,9 +291,7 @@ func (s *Store) collectLayer(ctx context.Context, ws int64) error {
 				return wrapDB("collect workspace", err)
 			}
 		}
-		s.wsmu.Lock()
-		delete(s.wsCache, ws)
-		s.wsmu.Unlock()
+		s.uncache(ws)
 		ws = base
 	}
 	return nil

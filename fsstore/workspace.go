@@ -131,6 +131,14 @@ func (s *Store) newID(ctx context.Context, kind string) (int64, error) {
 	return id, wrapDB("allocate "+kind+" id", err)
 }
 
+// uncache drops what wsCache holds of workspace id (deleted, or made in a
+// transaction that rolled back, whose id the next workspace then gets).
+func (s *Store) uncache(id int64) {
+	s.wsmu.Lock()
+	delete(s.wsCache, id)
+	s.wsmu.Unlock()
+}
+
 // insertLayer writes the row of a workspace of tenant called name that
 // reads through to (base, rev), inside the caller's write transaction.
 func (s *Store) insertLayer(ctx context.Context, tenant, name string, base, rev, now int64) (int64, error) {
